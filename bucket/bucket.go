@@ -1,0 +1,239 @@
+// Package bucket maps document ids to buckets and buckets to shards.
+//
+// A sharded database does not assign documents to shards directly. Every id
+// hashes to one of Count (2^20) buckets, and the database record holds a
+// sorted list of bucket ranges saying which shard owns each bucket. Moving
+// data between shards then means moving whole buckets and flipping one range
+// entry, without rehashing any id. Everything that belongs to a document
+// (tombstones, revisions, attachments, counters) lives in its bucket.
+//
+// An id may be anchored: when it has a '$' at an index > 0, only the text
+// after the last '$' is hashed, so "orders/7$users/4" shares a bucket (and
+// therefore a shard) with "users/4".
+//
+// Ranges values are treated as immutable: Move and MoveRange return new
+// slices, so a Ranges taken from a database record can be shared freely.
+package bucket
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// Count is the number of buckets.
+const Count = 1 << 20
+
+// MaxID is the highest bucket number.
+const MaxID = Count - 1
+
+// MaxIDLength is the maximum length of a document id, in bytes.
+const MaxIDLength = 512
+
+// Sentinel errors. ValidateID and Ranges.Validate wrap them with details;
+// test for them with errors.Is.
+var (
+	// ErrEmptyID means the id is the empty string.
+	ErrEmptyID = errors.New("bucket: id is empty")
+	// ErrIDTooLong means the id is longer than MaxIDLength bytes.
+	ErrIDTooLong = errors.New("bucket: id is too long")
+	// ErrIDNotUTF8 means the id is not valid UTF-8.
+	ErrIDNotUTF8 = errors.New("bucket: id is not valid UTF-8")
+	// ErrIDControlChar means the id contains a control character.
+	ErrIDControlChar = errors.New("bucket: id contains a control character")
+	// ErrIDEndsWithDollar means the id ends with '$', so its anchor would
+	// be empty.
+	ErrIDEndsWithDollar = errors.New("bucket: id ends with '$'")
+	// ErrInvalidRanges means a Ranges value breaks an invariant.
+	ErrInvalidRanges = errors.New("bucket: invalid bucket ranges")
+)
+
+// ForID returns the bucket of a document id: XXHash64 (seed 0) of the UTF-8
+// bytes of strings.ToLower of the hashed text, mod Count. The hashed text is
+// the whole id, or, when the id has a '$' at an index > 0, the text after
+// the last '$'. No Unicode normalization is applied. ForID accepts any
+// string; use ValidateID to reject bad ids first.
+func ForID(id string) uint32 {
+	if i := strings.LastIndexByte(id, '$'); i > 0 {
+		id = id[i+1:]
+	}
+	return uint32(xxhash.Sum64String(strings.ToLower(id)) % Count)
+}
+
+// ValidateID reports whether id is acceptable as a document id. The error
+// wraps one of ErrEmptyID, ErrIDTooLong, ErrIDNotUTF8, ErrIDControlChar or
+// ErrIDEndsWithDollar.
+func ValidateID(id string) error {
+	switch {
+	case id == "":
+		return ErrEmptyID
+	case len(id) > MaxIDLength:
+		return fmt.Errorf("%w: %d bytes (max %d)", ErrIDTooLong, len(id), MaxIDLength)
+	}
+	for i, r := range id {
+		if r == utf8.RuneError {
+			if _, size := utf8.DecodeRuneInString(id[i:]); size == 1 {
+				return fmt.Errorf("%w: bad byte 0x%02x at offset %d", ErrIDNotUTF8, id[i], i)
+			}
+		}
+		if unicode.IsControl(r) {
+			return fmt.Errorf("%w: %U at offset %d", ErrIDControlChar, r, i)
+		}
+	}
+	if strings.HasSuffix(id, "$") {
+		return fmt.Errorf("%w: %q (an anchored id needs text after the last '$')", ErrIDEndsWithDollar, id)
+	}
+	return nil
+}
+
+// Range is one entry of a database record's bucket ranges: it runs from
+// BucketRangeStart to the next entry's start - 1 (the last entry to MaxID),
+// and ShardNumber owns those buckets.
+type Range struct {
+	BucketRangeStart uint32 `json:"BucketRangeStart"`
+	ShardNumber      int    `json:"ShardNumber"`
+}
+
+// Ranges is a database record's bucket ranges, sorted by BucketRangeStart.
+// A valid Ranges (see Validate) covers every bucket exactly once and is
+// minimal: no two adjacent entries name the same shard.
+type Ranges []Range
+
+// EvenSplit returns the initial split of all buckets over shards 0..shards-1:
+// entry i starts at i*(Count/shards). It returns nil if shards < 1 or
+// shards > Count; callers validate the shard count.
+func EvenSplit(shards int) Ranges {
+	if shards < 1 || shards > Count {
+		return nil
+	}
+	step := uint32(Count / shards)
+	r := make(Ranges, shards)
+	for i := range r {
+		r[i] = Range{BucketRangeStart: uint32(i) * step, ShardNumber: i}
+	}
+	return r
+}
+
+// ShardOf returns the shard owning bucket b, or -1 if r is empty. r must be
+// valid; a b above MaxID falls in the last entry.
+func (r Ranges) ShardOf(b uint32) int {
+	i := r.index(b)
+	if i < 0 {
+		return -1
+	}
+	return r[i].ShardNumber
+}
+
+// index returns the index of the entry containing b, or -1 if none does.
+func (r Ranges) index(b uint32) int {
+	return sort.Search(len(r), func(i int) bool { return r[i].BucketRangeStart > b }) - 1
+}
+
+// Validate checks the invariants: r is non-empty, the first start is 0,
+// starts strictly increase and are below Count, shard numbers are >= 0 and
+// no two adjacent entries name the same shard. The error wraps
+// ErrInvalidRanges.
+func (r Ranges) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalidRanges, fmt.Sprintf(format, args...))
+	}
+	if len(r) == 0 {
+		return bad("no entries")
+	}
+	if r[0].BucketRangeStart != 0 {
+		return bad("first entry starts at %d, not 0", r[0].BucketRangeStart)
+	}
+	for i, e := range r {
+		if e.BucketRangeStart >= Count {
+			return bad("entry %d starts at %d, beyond the last bucket %d", i, e.BucketRangeStart, MaxID)
+		}
+		if e.ShardNumber < 0 {
+			return bad("entry %d has negative shard %d", i, e.ShardNumber)
+		}
+		if i == 0 {
+			continue
+		}
+		if p := r[i-1]; e.BucketRangeStart <= p.BucketRangeStart {
+			return bad("entry %d starts at %d, not after entry %d's start %d", i, e.BucketRangeStart, i-1, p.BucketRangeStart)
+		} else if e.ShardNumber == p.ShardNumber {
+			return bad("entries %d and %d are adjacent and both name shard %d", i-1, i, e.ShardNumber)
+		}
+	}
+	return nil
+}
+
+// Move returns new ranges in which bucket b belongs to shard; see MoveRange.
+func (r Ranges) Move(b uint32, shard int) Ranges {
+	return r.MoveRange(b, b, shard)
+}
+
+// MoveRange returns new ranges in which the buckets from..to (inclusive)
+// belong to shard and every other bucket keeps its owner. It never modifies
+// r; the result is minimal (adjacent entries naming the same shard are
+// merged), so it is a copy of r if shard already owns them all. r must be
+// valid. It panics if from > to, to > MaxID or shard < 0.
+func (r Ranges) MoveRange(from, to uint32, shard int) Ranges {
+	if from > to || to > MaxID || shard < 0 {
+		panic(fmt.Sprintf("bucket: MoveRange(%d, %d, %d): need from <= to <= %d and shard >= 0", from, to, shard, MaxID))
+	}
+	out := make(Ranges, 0, len(r)+2)
+	add := func(e Range) {
+		if n := len(out); n > 0 && out[n-1].ShardNumber == e.ShardNumber {
+			return
+		}
+		out = append(out, e)
+	}
+	for _, e := range r {
+		if e.BucketRangeStart < from {
+			add(e)
+		}
+	}
+	add(Range{BucketRangeStart: from, ShardNumber: shard})
+	if to < MaxID {
+		add(Range{BucketRangeStart: to + 1, ShardNumber: r.ShardOf(to + 1)})
+		for _, e := range r {
+			if e.BucketRangeStart > to+1 {
+				add(e)
+			}
+		}
+	}
+	return out
+}
+
+// Span returns the inclusive bucket span of entry i. It panics if i is out
+// of range.
+func (r Ranges) Span(i int) (from, to uint32) {
+	from, to = r[i].BucketRangeStart, MaxID
+	if i+1 < len(r) {
+		to = r[i+1].BucketRangeStart - 1
+	}
+	return from, to
+}
+
+// Shards returns the distinct shard numbers present in r, sorted.
+func (r Ranges) Shards() []int {
+	s := make([]int, 0, len(r))
+	for _, e := range r {
+		s = append(s, e.ShardNumber)
+	}
+	slices.Sort(s)
+	return slices.Compact(s)
+}
+
+// BucketsOf returns the number of buckets shard owns.
+func (r Ranges) BucketsOf(shard int) int {
+	n := 0
+	for i, e := range r {
+		if e.ShardNumber == shard {
+			from, to := r.Span(i)
+			n += int(to-from) + 1
+		}
+	}
+	return n
+}

@@ -1,0 +1,189 @@
+// Package config holds a shardnode node's configuration: the Config struct,
+// defaults that run on a laptop, loading with viper from a YAML file,
+// SHARDNODE_* environment variables and command-line flags, and validation
+// with errors that name the offending key.
+//
+// Every setting has a key of the form "section.key" (for example
+// "node.data-dir"). Its environment variable is SHARDNODE_ followed by the key
+// in upper case with dots and dashes turned into underscores (for example
+// SHARDNODE_NODE_DATA_DIR). Precedence, lowest first: defaults, the config
+// file, the environment, then the flags that were explicitly set.
+package config
+
+import (
+	"path/filepath"
+)
+
+// Sizes used by the defaults.
+const (
+	// MiB is one mebibyte.
+	MiB = 1 << 20
+)
+
+// Config is the whole configuration of one shardnode node.
+type Config struct {
+	// Node identifies this node and where it keeps its data.
+	Node NodeConfig `yaml:"node" json:"node"`
+	// HTTP configures the HTTP API and Studio listener.
+	HTTP HTTPConfig `yaml:"http" json:"http"`
+	// Raft configures the cluster-state raft group.
+	Raft RaftConfig `yaml:"raft" json:"raft"`
+	// NATS configures the data-plane bus.
+	NATS NATSConfig `yaml:"nats" json:"nats"`
+	// Cluster holds settings shared by every node of the cluster.
+	Cluster ClusterConfig `yaml:"cluster" json:"cluster"`
+	// Log configures logging.
+	Log LogConfig `yaml:"log" json:"log"`
+}
+
+// NodeConfig is the "node" section.
+type NodeConfig struct {
+	// Tag is the node tag (node.tag): 1 to 4 uppercase letters A-Z.
+	Tag string `yaml:"tag" json:"tag"`
+	// DataDir is the data directory (node.data-dir).
+	DataDir string `yaml:"data-dir" json:"data-dir"`
+}
+
+// HTTPConfig is the "http" section.
+type HTTPConfig struct {
+	// Addr is the host:port the HTTP API listens on (http.addr).
+	Addr string `yaml:"addr" json:"addr"`
+	// MaxBodyBytes caps the size of a request body (http.max-body-bytes).
+	MaxBodyBytes int64 `yaml:"max-body-bytes" json:"max-body-bytes"`
+	// MaxDocumentBytes caps the size of one document
+	// (http.max-document-bytes); it may not exceed MaxBodyBytes.
+	MaxDocumentBytes int64 `yaml:"max-document-bytes" json:"max-document-bytes"`
+}
+
+// RaftConfig is the "raft" section.
+type RaftConfig struct {
+	// Addr is the host:port of the raft TCP transport (raft.addr).
+	Addr string `yaml:"addr" json:"addr"`
+	// Bootstrap (raft.bootstrap) makes a node with a fresh data directory and
+	// no Join bootstrap a one-node cluster. It has no effect when Join is set
+	// or the data directory already holds raft state.
+	Bootstrap bool `yaml:"bootstrap" json:"bootstrap"`
+	// Join is the HTTP(S) URL of an existing cluster member to join
+	// (raft.join); empty means do not join.
+	Join string `yaml:"join" json:"join"`
+}
+
+// NATSConfig is the "nats" section.
+type NATSConfig struct {
+	// URL points the node at an external NATS cluster (nats.url): one or more
+	// comma-separated nats:// or tls:// URLs. Empty means run an embedded
+	// NATS server.
+	URL string `yaml:"url" json:"url"`
+	// Listen is the client host:port of the embedded server (nats.listen).
+	Listen string `yaml:"listen" json:"listen"`
+	// ClusterListen is the host:port on which the embedded server accepts
+	// routes from its peers (nats.cluster-listen); empty means no clustering.
+	ClusterListen string `yaml:"cluster-listen" json:"cluster-listen"`
+	// Routes are the peers' route URLs (nats.routes), nats-route:// or
+	// nats://. In the environment or a flag they are comma-separated.
+	Routes []string `yaml:"routes" json:"routes"`
+}
+
+// ClusterConfig is the "cluster" section.
+type ClusterConfig struct {
+	// Name is the cluster name (cluster.name); it namespaces NATS subjects
+	// and names the embedded NATS cluster.
+	Name string `yaml:"name" json:"name"`
+}
+
+// LogConfig is the "log" section.
+type LogConfig struct {
+	// Level is the minimum level logged (log.level): debug, info, warn or
+	// error.
+	Level string `yaml:"level" json:"level"`
+	// Format is the log format (log.format): text or json.
+	Format string `yaml:"format" json:"format"`
+}
+
+// Default returns the configuration used when nothing else is set: a
+// one-node cluster on the loopback interface with data under
+// ./shardnode-data.
+func Default() Config {
+	return Config{
+		Node: NodeConfig{
+			Tag:     "A",
+			DataDir: "./shardnode-data",
+		},
+		HTTP: HTTPConfig{
+			Addr:             "127.0.0.1:8080",
+			MaxBodyBytes:     64 * MiB,
+			MaxDocumentBytes: 16 * MiB,
+		},
+		Raft: RaftConfig{
+			Addr:      "127.0.0.1:7070",
+			Bootstrap: true,
+			Join:      "",
+		},
+		NATS: NATSConfig{
+			URL:           "",
+			Listen:        "127.0.0.1:4222",
+			ClusterListen: "",
+			Routes:        nil,
+		},
+		Cluster: ClusterConfig{
+			Name: "shardnode",
+		},
+		Log: LogConfig{
+			Level:  "info",
+			Format: "text",
+		},
+	}
+}
+
+// RaftDir is the directory for the raft log, stable store and snapshots:
+// <data-dir>/raft.
+func (c *Config) RaftDir() string { return filepath.Join(c.Node.DataDir, "raft") }
+
+// NATSDir is the embedded NATS server's JetStream store directory:
+// <data-dir>/nats.
+func (c *Config) NATSDir() string { return filepath.Join(c.Node.DataDir, "nats") }
+
+// DatabasesDir is the directory that holds the databases' shard replicas:
+// <data-dir>/databases.
+func (c *Config) DatabasesDir() string { return filepath.Join(c.Node.DataDir, "databases") }
+
+// field ties a key to the Config field that holds it and, optionally, to a
+// command-line flag. ptr is a *string, *bool, *int64 or *[]string.
+type field struct {
+	key   string
+	flag  string
+	ptr   any
+	usage string
+}
+
+// fields lists every key, in a stable order, with pointers into c.
+func (c *Config) fields() []field {
+	return []field{
+		{"node.tag", "tag", &c.Node.Tag, "node tag: 1 to 4 uppercase letters A-Z"},
+		{"node.data-dir", "data-dir", &c.Node.DataDir, "data directory"},
+		{"http.addr", "http-addr", &c.HTTP.Addr, "host:port of the HTTP API and Studio"},
+		{"http.max-body-bytes", "", &c.HTTP.MaxBodyBytes, "maximum request body size in bytes"},
+		{"http.max-document-bytes", "", &c.HTTP.MaxDocumentBytes, "maximum document size in bytes"},
+		{"raft.addr", "raft-addr", &c.Raft.Addr, "host:port of the raft transport"},
+		{"raft.bootstrap", "bootstrap", &c.Raft.Bootstrap, "bootstrap a one-node cluster when the data dir is fresh and no join is given"},
+		{"raft.join", "join", &c.Raft.Join, "HTTP URL of an existing cluster member to join"},
+		{"nats.url", "nats-url", &c.NATS.URL, "comma-separated nats:// or tls:// URLs of an external NATS cluster; empty runs an embedded server"},
+		{"nats.listen", "nats-listen", &c.NATS.Listen, "host:port for clients of the embedded NATS server"},
+		{"nats.cluster-listen", "nats-cluster-listen", &c.NATS.ClusterListen, "host:port for routes between embedded NATS servers; empty disables clustering"},
+		{"nats.routes", "nats-routes", &c.NATS.Routes, "comma-separated nats-route:// URLs of the peers' embedded NATS servers"},
+		{"cluster.name", "cluster-name", &c.Cluster.Name, "cluster name"},
+		{"log.level", "log-level", &c.Log.Level, "log level: debug, info, warn or error"},
+		{"log.format", "log-format", &c.Log.Format, "log format: text or json"},
+	}
+}
+
+// Keys returns every configuration key ("section.key"), in a stable order.
+func Keys() []string {
+	var c Config
+	fs := c.fields()
+	keys := make([]string, len(fs))
+	for i, f := range fs {
+		keys[i] = f.key
+	}
+	return keys
+}

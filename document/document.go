@@ -1,0 +1,198 @@
+// Package document converts between the JSON a client sends or receives
+// and what storage keeps: the body without "@metadata", plus the metadata
+// fields shardnode owns (@id, @collection, @change-vector, @last-modified,
+// and for sharded reads @bucket and @shard).
+package document
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Errors of Parse.
+var (
+	// ErrNotObject means the body is valid JSON but not an object.
+	ErrNotObject = errors.New("document must be a JSON object")
+	// ErrMalformed means the body is not valid JSON.
+	ErrMalformed = errors.New("malformed JSON")
+	// ErrBadMetadata means "@metadata" is not an object or its
+	// "@collection" is not a string.
+	ErrBadMetadata = errors.New(`"@metadata" must be an object whose "@collection" is a string`)
+)
+
+// Parsed is a client document split for storage.
+type Parsed struct {
+	// Body is the compact JSON object without "@metadata".
+	Body []byte
+	// Collection is "@metadata"."@collection", or "".
+	Collection string
+}
+
+// Parse validates raw as a JSON object, compacts it and splits off its
+// "@metadata".
+func Parse(raw []byte) (Parsed, error) {
+	var buf bytes.Buffer
+	buf.Grow(len(raw))
+	if err := json.Compact(&buf, raw); err != nil {
+		return Parsed{}, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	c := buf.Bytes()
+	if len(c) == 0 || c[0] != '{' {
+		return Parsed{}, ErrNotObject
+	}
+	// c is compact and valid: walk its top-level members.
+	body := make([]byte, 0, len(c))
+	body = append(body, '{')
+	var p Parsed
+	i := 1
+	for i < len(c)-1 {
+		keyEnd := skipString(c, i)
+		valEnd := skipValue(c, keyEnd+1)
+		if string(c[i:keyEnd]) == `"@metadata"` {
+			col, err := collectionOf(c[keyEnd+1 : valEnd])
+			if err != nil {
+				return Parsed{}, err
+			}
+			p.Collection = col
+		} else {
+			if len(body) > 1 {
+				body = append(body, ',')
+			}
+			body = append(body, c[i:valEnd]...)
+		}
+		i = valEnd
+		if c[i] == ',' {
+			i++
+		}
+	}
+	p.Body = append(body, '}')
+	return p, nil
+}
+
+func collectionOf(meta []byte) (string, error) {
+	if len(meta) == 0 || meta[0] != '{' {
+		return "", ErrBadMetadata
+	}
+	var m struct {
+		Collection *json.RawMessage `json:"@collection"`
+	}
+	if err := json.Unmarshal(meta, &m); err != nil || m.Collection == nil {
+		return "", nil
+	}
+	var s string
+	if err := json.Unmarshal(*m.Collection, &s); err != nil {
+		if string(*m.Collection) == "null" {
+			return "", nil
+		}
+		return "", ErrBadMetadata
+	}
+	return s, nil
+}
+
+// skipString returns the index after the string starting at c[i] == '"'.
+func skipString(c []byte, i int) int {
+	for j := i + 1; j < len(c); j++ {
+		switch c[j] {
+		case '\\':
+			j++
+		case '"':
+			return j + 1
+		}
+	}
+	return len(c)
+}
+
+// skipValue returns the index after the compact JSON value at c[i].
+func skipValue(c []byte, i int) int {
+	switch c[i] {
+	case '"':
+		return skipString(c, i)
+	case '{', '[':
+		depth := 0
+		for j := i; j < len(c); j++ {
+			switch c[j] {
+			case '"':
+				j = skipString(c, j) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return j + 1
+				}
+			}
+		}
+		return len(c)
+	default:
+		j := i
+		for j < len(c) && c[j] != ',' && c[j] != '}' && c[j] != ']' {
+			j++
+		}
+		return j
+	}
+}
+
+// Metadata is what Render adds under "@metadata".
+type Metadata struct {
+	ID           string
+	Collection   string
+	ChangeVector string
+	LastModified time.Time
+	// Bucket and Shard are added when Shard >= 0.
+	Bucket uint32
+	Shard  int
+}
+
+// TimeFormat is RavenDB's "@last-modified" format (7 fraction digits, UTC).
+const TimeFormat = "2006-01-02T15:04:05.0000000Z"
+
+// Render appends body with m as its "@metadata" to dst.
+func Render(dst, body []byte, m Metadata) []byte {
+	if len(body) < 2 {
+		body = []byte("{}")
+	}
+	dst = append(dst, body[:len(body)-1]...)
+	if len(body) > 2 {
+		dst = append(dst, ',')
+	}
+	dst = append(dst, `"@metadata":{"@id":`...)
+	dst = appendJSONString(dst, m.ID)
+	if m.Collection != "" {
+		dst = append(dst, `,"@collection":`...)
+		dst = appendJSONString(dst, m.Collection)
+	}
+	dst = append(dst, `,"@change-vector":`...)
+	dst = appendJSONString(dst, m.ChangeVector)
+	dst = append(dst, `,"@last-modified":"`...)
+	dst = m.LastModified.UTC().AppendFormat(dst, TimeFormat)
+	dst = append(dst, '"')
+	if m.Shard >= 0 {
+		dst = append(dst, `,"@bucket":`...)
+		dst = strconv.AppendUint(dst, uint64(m.Bucket), 10)
+		dst = append(dst, `,"@shard":`...)
+		dst = strconv.AppendInt(dst, int64(m.Shard), 10)
+	}
+	return append(dst, "}}"...)
+}
+
+// appendJSONString appends s as a JSON string literal.
+func appendJSONString(dst []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	dst = append(dst, '"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			dst = append(dst, '\\', c)
+		case c < 0x20:
+			dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+		default:
+			dst = append(dst, c)
+		}
+	}
+	return append(dst, '"')
+}

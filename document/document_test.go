@@ -1,0 +1,81 @@
+package document
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+)
+
+func TestParseSplitsMetadata(t *testing.T) {
+	cases := []struct {
+		in, body, col string
+	}{
+		{`{"Name": "x", "@metadata": {"@collection": "Users", "x": [1,{"}":2}]}, "Age": 3}`, `{"Name":"x","Age":3}`, "Users"},
+		{`{"@metadata":{"@collection":"Users"}}`, `{}`, "Users"},
+		{`{}`, `{}`, ""},
+		{` { "a" : "q\"@metadata\"" , "b":[{}] } `, `{"a":"q\"@metadata\"","b":[{}]}`, ""},
+		{`{"@metadata":{"@collection":null},"a":1}`, `{"a":1}`, ""},
+		{`{"a":{"@metadata":{"@collection":"Nested"}}}`, `{"a":{"@metadata":{"@collection":"Nested"}}}`, ""},
+	}
+	for _, c := range cases {
+		p, err := Parse([]byte(c.in))
+		if err != nil {
+			t.Fatalf("%s: %v", c.in, err)
+		}
+		if string(p.Body) != c.body || p.Collection != c.col {
+			t.Errorf("%s: got %s %q, want %s %q", c.in, p.Body, p.Collection, c.body, c.col)
+		}
+	}
+}
+
+func TestParseRejects(t *testing.T) {
+	cases := map[string]error{
+		`[1,2]`:                           ErrNotObject,
+		`"s"`:                             ErrNotObject,
+		`null`:                            ErrNotObject,
+		`{"a":`:                           ErrMalformed,
+		``:                                ErrMalformed,
+		`{"a":1}{`:                        ErrMalformed,
+		`{"@metadata":5}`:                 ErrBadMetadata,
+		`{"@metadata":{"@collection":1}}`: ErrBadMetadata,
+	}
+	for in, want := range cases {
+		if _, err := Parse([]byte(in)); !errors.Is(err, want) {
+			t.Errorf("%q: err %v, want %v", in, err, want)
+		}
+	}
+}
+
+func TestRenderIsValidJSON(t *testing.T) {
+	at := time.Date(2026, 1, 2, 3, 4, 5, 123456700, time.UTC)
+	for _, body := range []string{`{}`, `{"a":1}`} {
+		out := Render(nil, []byte(body), Metadata{ID: "users/\"1\"\x01\x7f", Collection: "Users", ChangeVector: "A:1-abc", LastModified: at, Bucket: 7, Shard: 2})
+		var m map[string]any
+		if err := json.Unmarshal(out, &m); err != nil {
+			t.Fatalf("%s: %v", out, err)
+		}
+		md := m["@metadata"].(map[string]any)
+		if md["@id"] != "users/\"1\"\x01\x7f" || md["@last-modified"] != "2026-01-02T03:04:05.1234567Z" || md["@shard"] != 2.0 || md["@bucket"] != 7.0 {
+			t.Errorf("metadata %v", md)
+		}
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add([]byte(`{"a":1,"@metadata":{"@collection":"U"}}`))
+	f.Add([]byte(`{"a":"\\\"","b":[1,{"c":null}]}`))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		p, err := Parse(in)
+		if err != nil {
+			return
+		}
+		var m map[string]any
+		if err := json.Unmarshal(p.Body, &m); err != nil {
+			t.Fatalf("body %s of %s is not an object: %v", p.Body, in, err)
+		}
+		if _, ok := m["@metadata"]; ok {
+			t.Fatalf("metadata left in %s", p.Body)
+		}
+	})
+}

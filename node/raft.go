@@ -1,0 +1,158 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+
+	"github.com/shardnode/shardnode/raftfsm"
+)
+
+// ErrNotLeader means this node cannot propose because it is not the raft
+// leader and no leader is known.
+var ErrNotLeader = errors.New("no raft leader available")
+
+// raftNode owns the raft instance, its stores and transport.
+type raftNode struct {
+	r         *raft.Raft
+	transport *raft.NetworkTransport
+	store     *raftboltdb.BoltStore
+	leaderCh  chan bool
+}
+
+// startRaft opens the raft stores under dir and starts raft with fsm. A
+// fresh directory bootstraps a one-node cluster when bootstrap is set.
+func startRaft(dir, tag, addr string, bootstrap bool, fsm *raftfsm.FSM, logger *slog.Logger) (*raftNode, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("raft dir: %w", err)
+	}
+	hl := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: slogWriter{logger.With("component", "raft")}})
+	tcpAddr, err := net.ResolveTCPAddr("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("raft.addr %q: %w", addr, err)
+	}
+	transport, err := raft.NewTCPTransportWithLogger(addr, tcpAddr, 8, 10*time.Second, hl)
+	if err != nil {
+		return nil, fmt.Errorf("raft transport on %s: %w", addr, err)
+	}
+	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, "raft.db")})
+	if err != nil {
+		transport.Close()
+		return nil, fmt.Errorf("raft log store: %w", err)
+	}
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, 2, hl)
+	if err != nil {
+		transport.Close()
+		store.Close()
+		return nil, fmt.Errorf("raft snapshot store: %w", err)
+	}
+	conf := raft.DefaultConfig()
+	conf.LocalID = raft.ServerID(tag)
+	conf.Logger = hl
+	leaderCh := make(chan bool, 16)
+	conf.NotifyCh = leaderCh
+	// Small clusters on one box: react fast, snapshot the small state often.
+	conf.HeartbeatTimeout = 500 * time.Millisecond
+	conf.ElectionTimeout = 500 * time.Millisecond
+	conf.LeaderLeaseTimeout = 250 * time.Millisecond
+	conf.SnapshotThreshold = 1024
+	existing, err := raft.HasExistingState(store, store, snaps)
+	if err != nil {
+		transport.Close()
+		store.Close()
+		return nil, fmt.Errorf("raft state: %w", err)
+	}
+	r, err := raft.NewRaft(conf, fsm, store, store, snaps, transport)
+	if err != nil {
+		transport.Close()
+		store.Close()
+		return nil, fmt.Errorf("start raft: %w", err)
+	}
+	if !existing && bootstrap {
+		cfg := raft.Configuration{Servers: []raft.Server{{ID: conf.LocalID, Address: transport.LocalAddr()}}}
+		if err := r.BootstrapCluster(cfg).Error(); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
+			r.Shutdown()
+			transport.Close()
+			store.Close()
+			return nil, fmt.Errorf("bootstrap raft: %w", err)
+		}
+		logger.Info("bootstrapped a new one-node cluster", "tag", tag, "raft", transport.LocalAddr())
+	}
+	return &raftNode{r: r, transport: transport, store: store, leaderCh: leaderCh}, nil
+}
+
+// propose applies cmd through raft on this node, which must be the leader,
+// and returns the command's result.
+func (rn *raftNode) propose(ctx context.Context, cmd raftfsm.Command) (raftfsm.Result, error) {
+	data, err := raftfsm.Encode(cmd)
+	if err != nil {
+		return raftfsm.Result{}, err
+	}
+	timeout := 10 * time.Second
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = time.Until(dl)
+	}
+	f := rn.r.Apply(data, timeout)
+	if err := f.Error(); err != nil {
+		if errors.Is(err, raft.ErrNotLeader) {
+			return raftfsm.Result{}, ErrNotLeader
+		}
+		return raftfsm.Result{}, fmt.Errorf("raft apply: %w", err)
+	}
+	res, _ := f.Response().(raftfsm.Result)
+	return res, nil
+}
+
+// waitLeader blocks until some node is leader or ctx ends.
+func (rn *raftNode) waitLeader(ctx context.Context) error {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if addr, _ := rn.r.LeaderWithID(); addr != "" {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for raft leader: %w", ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+func (rn *raftNode) close() error {
+	err := rn.r.Shutdown().Error()
+	if cerr := rn.transport.Close(); err == nil {
+		err = cerr
+	}
+	if cerr := rn.store.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// slogWriter turns hclog's text lines into slog records.
+type slogWriter struct{ l *slog.Logger }
+
+func (w slogWriter) Write(p []byte) (int, error) {
+	w.l.Warn(string(trimNewline(p)))
+	return len(p), nil
+}
+
+func trimNewline(p []byte) []byte {
+	for len(p) > 0 && (p[len(p)-1] == '\n' || p[len(p)-1] == '\r') {
+		p = p[:len(p)-1]
+	}
+	return p
+}
+
+var _ io.Writer = slogWriter{}

@@ -1,0 +1,185 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/shardnode/shardnode/raftfsm"
+	"github.com/shardnode/shardnode/storage"
+)
+
+// replicaKey names one shard replica.
+type replicaKey struct {
+	db    string
+	shard int
+}
+
+// replicaSet opens and closes this node's shard replicas so that they
+// follow the database records: a replica exists here exactly when the
+// record lists this node among the shard's members.
+type replicaSet struct {
+	dir    string
+	tag    string
+	cache  *pebble.Cache
+	logger *slog.Logger
+
+	mu         sync.RWMutex
+	stores     map[replicaKey]*storage.Store
+	reconciled uint64        // raft index the set last reconciled to
+	changed    chan struct{} // closed and replaced at each reconcile
+}
+
+func newReplicaSet(dir, tag string, cache *pebble.Cache, logger *slog.Logger) *replicaSet {
+	return &replicaSet{dir: dir, tag: tag, cache: cache, logger: logger, stores: map[replicaKey]*storage.Store{}, changed: make(chan struct{})}
+}
+
+// get returns the local replica of db's shard.
+func (rs *replicaSet) get(db string, shard int) (*storage.Store, bool) {
+	rs.mu.RLock()
+	defer rs.mu.RUnlock()
+	s, ok := rs.stores[replicaKey{db, shard}]
+	return s, ok
+}
+
+func (rs *replicaSet) shardDir(db string, shard int) string {
+	return filepath.Join(rs.dir, db, "shard-"+strconv.Itoa(shard))
+}
+
+// markerName holds the raft index that created the database, so a replica
+// left behind by a deleted database is never mistaken for a new one with
+// the same name.
+const markerName = "record-created-index"
+
+// reconcile makes the open replicas match records (the state at index).
+func (rs *replicaSet) reconcile(index uint64, records []*raftfsm.DatabaseRecord) error {
+	want := map[replicaKey]*raftfsm.DatabaseRecord{}
+	for _, r := range records {
+		for n, t := range r.Sharding.Shards {
+			if slices.Contains(t.Members, rs.tag) {
+				want[replicaKey{r.DatabaseName, n}] = r
+			}
+		}
+	}
+	var errs []error
+	rs.mu.Lock()
+	for k, s := range rs.stores {
+		if _, ok := want[k]; ok {
+			continue
+		}
+		delete(rs.stores, k)
+		if err := s.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close %s$%d: %w", k.db, k.shard, err))
+		}
+		if err := os.RemoveAll(rs.shardDir(k.db, k.shard)); err != nil {
+			errs = append(errs, err)
+		}
+		rs.logger.Info("dropped shard replica", "db", k.db, "shard", k.shard)
+	}
+	rs.mu.Unlock()
+	// Remove what no record asks for (databases deleted while we were down).
+	byDB := map[string]*raftfsm.DatabaseRecord{}
+	for _, r := range records {
+		byDB[r.DatabaseName] = r
+	}
+	entries, _ := os.ReadDir(rs.dir)
+	for _, e := range entries {
+		r, ok := byDB[e.Name()]
+		if !ok || !rs.markerMatches(r) {
+			rs.mu.Lock()
+			for k, s := range rs.stores {
+				if k.db == e.Name() {
+					_ = s.Close()
+					delete(rs.stores, k)
+				}
+			}
+			rs.mu.Unlock()
+			if err := os.RemoveAll(filepath.Join(rs.dir, e.Name())); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	for k, r := range want {
+		if _, ok := rs.get(k.db, k.shard); ok {
+			continue
+		}
+		if err := rs.writeMarker(r); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		s, err := storage.Open(storage.Options{Dir: rs.shardDir(k.db, k.shard), NodeTag: rs.tag, Cache: rs.cache, Logger: rs.logger})
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		rs.mu.Lock()
+		rs.stores[k] = s
+		rs.mu.Unlock()
+		rs.logger.Info("opened shard replica", "db", k.db, "shard", k.shard, "database_id", s.DatabaseID())
+	}
+	rs.mu.Lock()
+	rs.reconciled = index
+	close(rs.changed)
+	rs.changed = make(chan struct{})
+	rs.mu.Unlock()
+	return errors.Join(errs...)
+}
+
+func (rs *replicaSet) markerMatches(r *raftfsm.DatabaseRecord) bool {
+	b, err := os.ReadFile(filepath.Join(rs.dir, r.DatabaseName, markerName))
+	return err == nil && strings.TrimSpace(string(b)) == strconv.FormatUint(r.CreatedIndex, 10)
+}
+
+func (rs *replicaSet) writeMarker(r *raftfsm.DatabaseRecord) error {
+	if rs.markerMatches(r) {
+		return nil
+	}
+	dir := filepath.Join(rs.dir, r.DatabaseName)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("database dir %s: %w", dir, err)
+	}
+	tmp := filepath.Join(dir, markerName+".tmp")
+	if err := os.WriteFile(tmp, []byte(strconv.FormatUint(r.CreatedIndex, 10)+"\n"), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, markerName))
+}
+
+// waitFor blocks until the set reconciled to at least index.
+func (rs *replicaSet) waitFor(ctx context.Context, index uint64) error {
+	for {
+		rs.mu.RLock()
+		done, ch := rs.reconciled >= index, rs.changed
+		rs.mu.RUnlock()
+		if done {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("wait for local replicas at raft index %d: %w", index, ctx.Err())
+		}
+	}
+}
+
+func (rs *replicaSet) closeAll() error {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	var errs []error
+	for k, s := range rs.stores {
+		if err := s.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close %s$%d: %w", k.db, k.shard, err))
+		}
+		delete(rs.stores, k)
+	}
+	return errors.Join(errs...)
+}

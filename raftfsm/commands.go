@@ -1,0 +1,246 @@
+package raftfsm
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"sort"
+	"time"
+
+	"github.com/shardnode/shardnode/bucket"
+)
+
+// CommandType is the first byte of every log entry.
+type CommandType uint8
+
+// IgnoreUnknownFlag marks a command type that a node which does not know
+// it may skip (an optional command added by a newer version).
+const IgnoreUnknownFlag CommandType = 0x80
+
+// Command types. Never renumber: they are in every raft log.
+const (
+	TypeCreateDatabase CommandType = 1
+	TypeDeleteDatabase CommandType = 2
+	TypeAddNode        CommandType = 3
+	TypeRemoveNode     CommandType = 4
+)
+
+// Limits on database records.
+const (
+	// MaxShards is the most shards a database may have.
+	MaxShards = 1024
+	// MaxReplicationFactor is the largest replication factor.
+	MaxReplicationFactor = 9
+)
+
+// Errors returned as the result of applying a command.
+var (
+	// ErrDatabaseExists means a database with that name exists.
+	ErrDatabaseExists = errors.New("database already exists")
+	// ErrDatabaseNotFound means no database has that name.
+	ErrDatabaseNotFound = errors.New("database not found")
+	// ErrNodeNotFound means no node has that tag.
+	ErrNodeNotFound = errors.New("node not found")
+	// ErrInvalid wraps every validation failure of a command's content.
+	ErrInvalid = errors.New("invalid command")
+)
+
+// Command is a typed state-machine command.
+type Command interface {
+	// Type is the command's log type byte.
+	Type() CommandType
+	// Request is the command's request id ("" for none): a retried
+	// command with the same id applies once.
+	Request() string
+}
+
+// Meta is embedded in every command.
+type Meta struct {
+	// RequestID makes retries idempotent.
+	RequestID string `json:"RequestID,omitempty"`
+	// At is the proposer's clock when the command was made: apply uses it
+	// instead of reading the clock, so every node computes the same state.
+	At time.Time `json:"At"`
+}
+
+// Request returns the request id.
+func (m Meta) Request() string { return m.RequestID }
+
+// CreateDatabase creates a database record, spreading its shards over the
+// cluster's nodes.
+type CreateDatabase struct {
+	Meta
+	Name              string `json:"Name"`
+	Shards            int    `json:"Shards"`
+	ReplicationFactor int    `json:"ReplicationFactor"`
+}
+
+// Type implements Command.
+func (CreateDatabase) Type() CommandType { return TypeCreateDatabase }
+
+// DeleteDatabase removes a database record; nodes then drop its replicas.
+type DeleteDatabase struct {
+	Meta
+	Name string `json:"Name"`
+}
+
+// Type implements Command.
+func (DeleteDatabase) Type() CommandType { return TypeDeleteDatabase }
+
+// AddNode adds or updates a cluster member.
+type AddNode struct {
+	Meta
+	Node NodeInfo `json:"Node"`
+}
+
+// Type implements Command.
+func (AddNode) Type() CommandType { return TypeAddNode }
+
+// RemoveNode removes a cluster member.
+type RemoveNode struct {
+	Meta
+	Tag string `json:"Tag"`
+}
+
+// Type implements Command.
+func (RemoveNode) Type() CommandType { return TypeRemoveNode }
+
+// Encode frames a command for the raft log.
+func Encode(c Command) ([]byte, error) {
+	body, err := json.Marshal(c)
+	if err != nil {
+		return nil, fmt.Errorf("encode command %d: %w", c.Type(), err)
+	}
+	return append([]byte{byte(c.Type())}, body...), nil
+}
+
+// applyFunc applies a decoded command at a raft index.
+type applyFunc func(s *State, index uint64, body []byte) (any, error)
+
+// handlers is the command table.
+var handlers = map[CommandType]applyFunc{}
+
+// register adds a command type to the table with a typed apply function.
+func register[C Command](t CommandType, fn func(s *State, index uint64, c *C) (any, error)) {
+	handlers[t] = func(s *State, index uint64, body []byte) (any, error) {
+		c := new(C)
+		if err := json.Unmarshal(body, c); err != nil {
+			return nil, fmt.Errorf("%w: decode command %d: %v", ErrInvalid, t, err)
+		}
+		return fn(s, index, c)
+	}
+}
+
+func init() {
+	register(TypeCreateDatabase, applyCreateDatabase)
+	register(TypeDeleteDatabase, applyDeleteDatabase)
+	register(TypeAddNode, applyAddNode)
+	register(TypeRemoveNode, applyRemoveNode)
+}
+
+var safeName = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}$`)
+
+// ValidateDatabaseName checks that name is a safe database name: 1–128
+// letters, digits, '_', '-' or '.', not starting with '.' or '-'.
+func ValidateDatabaseName(name string) error {
+	if !safeName.MatchString(name) {
+		return fmt.Errorf("%w: database name %q: use 1-128 letters, digits, '_', '-' or '.', starting with a letter, digit or '_'", ErrInvalid, name)
+	}
+	return nil
+}
+
+// ValidateCreate checks a CreateDatabase's parameters against limits that do
+// not depend on the state, so the API can refuse them before proposing.
+func ValidateCreate(c *CreateDatabase) error {
+	if err := ValidateDatabaseName(c.Name); err != nil {
+		return err
+	}
+	if c.Shards < 1 || c.Shards > MaxShards {
+		return fmt.Errorf("%w: Shards %d: must be 1..%d", ErrInvalid, c.Shards, MaxShards)
+	}
+	if c.ReplicationFactor < 1 || c.ReplicationFactor > MaxReplicationFactor {
+		return fmt.Errorf("%w: ReplicationFactor %d: must be 1..%d", ErrInvalid, c.ReplicationFactor, MaxReplicationFactor)
+	}
+	return nil
+}
+
+func applyCreateDatabase(s *State, index uint64, c *CreateDatabase) (any, error) {
+	if err := ValidateCreate(c); err != nil {
+		return nil, err
+	}
+	if _, ok := s.Databases[c.Name]; ok {
+		return nil, fmt.Errorf("%w: %q", ErrDatabaseExists, c.Name)
+	}
+	tags := make([]string, 0, len(s.Nodes))
+	for t := range s.Nodes {
+		tags = append(tags, t)
+	}
+	sort.Slice(tags, func(i, j int) bool { return TagLess(tags[i], tags[j]) })
+	if c.ReplicationFactor > len(tags) {
+		return nil, fmt.Errorf("%w: ReplicationFactor %d exceeds the %d node(s) in the cluster", ErrInvalid, c.ReplicationFactor, len(tags))
+	}
+	rec := &DatabaseRecord{
+		DatabaseName:      c.Name,
+		ReplicationFactor: c.ReplicationFactor,
+		CreatedAt:         c.At,
+		CreatedIndex:      index,
+		Etag:              index,
+		Sharding: Sharding{
+			Shards:           map[int]*ShardTopology{},
+			BucketRanges:     bucket.EvenSplit(c.Shards),
+			BucketMigrations: map[uint32]*BucketMigration{},
+		},
+	}
+	// Shard i starts at node i (mod N) so shards and their first members,
+	// which serve requests by default, spread evenly.
+	for i := 0; i < c.Shards; i++ {
+		members := make([]string, 0, c.ReplicationFactor)
+		for j := 0; j < c.ReplicationFactor; j++ {
+			members = append(members, tags[(i+j)%len(tags)])
+		}
+		rec.Sharding.Shards[i] = &ShardTopology{Members: members}
+	}
+	s.Databases[c.Name] = rec
+	return rec.Clone(), nil
+}
+
+func applyDeleteDatabase(s *State, _ uint64, c *DeleteDatabase) (any, error) {
+	if _, ok := s.Databases[c.Name]; !ok {
+		return nil, fmt.Errorf("%w: %q", ErrDatabaseNotFound, c.Name)
+	}
+	delete(s.Databases, c.Name)
+	return nil, nil
+}
+
+var tagPattern = regexp.MustCompile(`^[A-Z]{1,4}$`)
+
+func applyAddNode(s *State, _ uint64, c *AddNode) (any, error) {
+	if !tagPattern.MatchString(c.Node.Tag) {
+		return nil, fmt.Errorf("%w: node tag %q: must be 1-4 letters A-Z", ErrInvalid, c.Node.Tag)
+	}
+	n := c.Node
+	if old, ok := s.Nodes[n.Tag]; ok {
+		n.JoinedAt = old.JoinedAt
+	} else {
+		n.JoinedAt = c.At
+	}
+	s.Nodes[n.Tag] = &n
+	return n, nil
+}
+
+func applyRemoveNode(s *State, _ uint64, c *RemoveNode) (any, error) {
+	if _, ok := s.Nodes[c.Tag]; !ok {
+		return nil, fmt.Errorf("%w: %q", ErrNodeNotFound, c.Tag)
+	}
+	delete(s.Nodes, c.Tag)
+	return nil, nil
+}
+
+// TagLess orders node tags as A < B < ... < Z < AA < AB.
+func TagLess(a, b string) bool {
+	if len(a) != len(b) {
+		return len(a) < len(b)
+	}
+	return a < b
+}

@@ -1,0 +1,164 @@
+package raftfsm
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+var t0 = time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+
+func mustApply(t *testing.T, f *FSM, index uint64, c Command) Result {
+	t.Helper()
+	r := f.ApplyCommand(index, c)
+	if r.Err != nil {
+		t.Fatalf("apply %T at %d: %v", c, index, r.Err)
+	}
+	return r
+}
+
+func threeNodes(t *testing.T) *FSM {
+	f := New()
+	for i, tag := range []string{"C", "A", "B"} {
+		mustApply(t, f, uint64(i+1), &AddNode{Meta: Meta{At: t0}, Node: NodeInfo{Tag: tag, HttpUrl: "http://127.0.0.1:1", RaftAddr: "127.0.0.1:2"}})
+	}
+	return f
+}
+
+func TestCreateDatabaseSpreadsShards(t *testing.T) {
+	f := threeNodes(t)
+	r := mustApply(t, f, 4, &CreateDatabase{Meta: Meta{At: t0}, Name: "orders", Shards: 3, ReplicationFactor: 2})
+	rec := r.Value.(*DatabaseRecord)
+	want := map[int][]string{0: {"A", "B"}, 1: {"B", "C"}, 2: {"C", "A"}}
+	for n, members := range want {
+		got := rec.Sharding.Shards[n].Members
+		if len(got) != 2 || got[0] != members[0] || got[1] != members[1] {
+			t.Errorf("shard %d members = %v, want %v", n, got, members)
+		}
+	}
+	if err := rec.Sharding.BucketRanges.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if rec.Sharding.BucketRanges[1].BucketRangeStart != 349525 || rec.Sharding.BucketRanges[2].BucketRangeStart != 699050 {
+		t.Errorf("ranges = %+v", rec.Sharding.BucketRanges)
+	}
+	if rec.Etag != 4 || rec.Sharding.BucketMigrations == nil {
+		t.Errorf("etag %d, migrations %v", rec.Etag, rec.Sharding.BucketMigrations)
+	}
+}
+
+func TestCreateDatabaseErrors(t *testing.T) {
+	f := threeNodes(t)
+	mustApply(t, f, 4, &CreateDatabase{Name: "db", Shards: 1, ReplicationFactor: 1})
+	cases := []struct {
+		cmd  *CreateDatabase
+		want error
+	}{
+		{&CreateDatabase{Name: "db", Shards: 1, ReplicationFactor: 1}, ErrDatabaseExists},
+		{&CreateDatabase{Name: "x", Shards: 0, ReplicationFactor: 1}, ErrInvalid},
+		{&CreateDatabase{Name: "x", Shards: MaxShards + 1, ReplicationFactor: 1}, ErrInvalid},
+		{&CreateDatabase{Name: "x", Shards: 1, ReplicationFactor: 4}, ErrInvalid},
+		{&CreateDatabase{Name: "x", Shards: 1, ReplicationFactor: 0}, ErrInvalid},
+		{&CreateDatabase{Name: "a$b", Shards: 1, ReplicationFactor: 1}, ErrInvalid},
+		{&CreateDatabase{Name: "../etc", Shards: 1, ReplicationFactor: 1}, ErrInvalid},
+		{&CreateDatabase{Name: "", Shards: 1, ReplicationFactor: 1}, ErrInvalid},
+	}
+	for i, c := range cases {
+		before, _ := f.StateJSON()
+		r := f.ApplyCommand(uint64(10+i), c.cmd)
+		if !errors.Is(r.Err, c.want) {
+			t.Errorf("%+v: err %v, want %v", c.cmd, r.Err, c.want)
+		}
+		after, _ := f.StateJSON()
+		// Only the applied index may change when a command is refused.
+		var b, a State
+		_ = jsonUnmarshal(before, &b)
+		_ = jsonUnmarshal(after, &a)
+		b.Index, a.Index = 0, 0
+		if !bytes.Equal(mustJSON(b), mustJSON(a)) {
+			t.Errorf("%+v: refused command changed the state", c.cmd)
+		}
+	}
+}
+
+func TestRequestIDMakesRetriesIdempotent(t *testing.T) {
+	f := threeNodes(t)
+	c := &CreateDatabase{Meta: Meta{RequestID: "req-1"}, Name: "db", Shards: 2, ReplicationFactor: 1}
+	mustApply(t, f, 4, c)
+	r := f.ApplyCommand(5, c)
+	if r.Err != nil || !r.Duplicate {
+		t.Fatalf("retry: %+v", r)
+	}
+	rec, _ := f.Database("db")
+	if rec.Etag != 4 {
+		t.Fatalf("retry changed the record: etag %d", rec.Etag)
+	}
+}
+
+func TestSnapshotRestoreIsIdentical(t *testing.T) {
+	f := threeNodes(t)
+	mustApply(t, f, 4, &CreateDatabase{Meta: Meta{RequestID: "r", At: t0}, Name: "orders", Shards: 3, ReplicationFactor: 2})
+	mustApply(t, f, 5, &CreateDatabase{Name: "users", Shards: 5, ReplicationFactor: 3})
+	mustApply(t, f, 6, &DeleteDatabase{Name: "users"})
+	mustApply(t, f, 7, &CreateDatabase{Name: "logs", Shards: 1, ReplicationFactor: 1})
+	snap, err := f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := &memSink{}
+	if err := snap.Persist(sink); err != nil {
+		t.Fatal(err)
+	}
+	g := New()
+	if err := g.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := f.StateJSON()
+	b, _ := g.StateJSON()
+	if !bytes.Equal(a, b) {
+		t.Fatalf("restored state differs:\n%s\n%s", a, b)
+	}
+	// The restored machine keeps applying identically.
+	c := &CreateDatabase{Name: "more", Shards: 2, ReplicationFactor: 2}
+	f.ApplyCommand(8, c)
+	g.ApplyCommand(8, c)
+	a, _ = f.StateJSON()
+	b, _ = g.StateJSON()
+	if !bytes.Equal(a, b) {
+		t.Fatal("machines diverged after restore")
+	}
+}
+
+func TestUnknownCommandPanicsUnlessIgnorable(t *testing.T) {
+	f := New()
+	if r := f.Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: []byte{byte(IgnoreUnknownFlag | 0x11), '{', '}'}}); r.(Result).Err != nil {
+		t.Fatalf("ignorable command: %+v", r)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Fatal("unknown command did not panic")
+		}
+	}()
+	f.Apply(&raft.Log{Index: 2, Type: raft.LogCommand, Data: []byte{0x11, '{', '}'}})
+}
+
+func TestWatchSeesNewestIndex(t *testing.T) {
+	f := threeNodes(t)
+	ch, stop := f.Watch()
+	defer stop()
+	mustApply(t, f, 10, &CreateDatabase{Name: "a", Shards: 1, ReplicationFactor: 1})
+	mustApply(t, f, 11, &CreateDatabase{Name: "b", Shards: 1, ReplicationFactor: 1})
+	if got := <-ch; got != 11 {
+		t.Fatalf("watch got %d, want 11", got)
+	}
+}
+
+type memSink struct{ bytes.Buffer }
+
+func (m *memSink) ID() string    { return "mem" }
+func (m *memSink) Cancel() error { return nil }
+func (m *memSink) Close() error  { return nil }

@@ -1,0 +1,139 @@
+package raftfsm
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/shardnode/shardnode/bucket"
+)
+
+// State is the whole replicated cluster state.
+type State struct {
+	// Nodes are the cluster members by tag.
+	Nodes map[string]*NodeInfo `json:"Nodes"`
+	// Databases are the database records by name.
+	Databases map[string]*DatabaseRecord `json:"Databases"`
+	// Requests remembers recently applied request ids (id → raft index), so a
+	// command retried after an ambiguous failure applies once.
+	Requests map[string]uint64 `json:"Requests"`
+	// RequestOrder is Requests' ids oldest first, for bounded forgetting.
+	RequestOrder []string `json:"RequestOrder"`
+	// Index is the raft index of the last applied entry.
+	Index uint64 `json:"Index"`
+}
+
+// maxRememberedRequests bounds State.Requests.
+const maxRememberedRequests = 10000
+
+// NodeInfo describes one cluster member.
+type NodeInfo struct {
+	// Tag is the node's tag (A, B, ...).
+	Tag string `json:"Tag"`
+	// HttpUrl is the node's HTTP API address.
+	HttpUrl string `json:"HttpUrl"`
+	// RaftAddr is the node's raft transport address.
+	RaftAddr string `json:"RaftAddr"`
+	// NatsUrl is the client URL of the node's embedded NATS server, if any.
+	NatsUrl string `json:"NatsUrl,omitempty"`
+	// JoinedAt is when the node was added.
+	JoinedAt time.Time `json:"JoinedAt"`
+}
+
+// DatabaseRecord is one database's configuration.
+type DatabaseRecord struct {
+	// DatabaseName is the database's name.
+	DatabaseName string `json:"DatabaseName"`
+	// ReplicationFactor is how many nodes hold each shard.
+	ReplicationFactor int `json:"ReplicationFactor"`
+	// Sharding holds shards, bucket ranges and migrations.
+	Sharding Sharding `json:"Sharding"`
+	// CreatedAt is when the database was created.
+	CreatedAt time.Time `json:"CreatedAt"`
+	// CreatedIndex is the raft index that created the database.
+	CreatedIndex uint64 `json:"CreatedIndex"`
+	// Etag is the raft index of the record's latest change.
+	Etag uint64 `json:"Etag"`
+}
+
+// Sharding is the sharding part of a database record.
+type Sharding struct {
+	// Shards are the shards' topologies by shard number.
+	Shards map[int]*ShardTopology `json:"Shards"`
+	// BucketRanges map buckets to shards.
+	BucketRanges bucket.Ranges `json:"BucketRanges"`
+	// BucketMigrations are the running bucket migrations by bucket.
+	BucketMigrations map[uint32]*BucketMigration `json:"BucketMigrations"`
+}
+
+// ShardTopology lists the nodes holding replicas of one shard.
+type ShardTopology struct {
+	// Members are node tags, in preference order.
+	Members []string `json:"Members"`
+}
+
+// MigrationStatus is a bucket migration's step.
+type MigrationStatus string
+
+// Migration steps, in order.
+const (
+	MigrationMoving               MigrationStatus = "Moving"
+	MigrationMoved                MigrationStatus = "Moved"
+	MigrationOwnershipTransferred MigrationStatus = "OwnershipTransferred"
+)
+
+// BucketMigration is the record of one bucket moving between shards.
+type BucketMigration struct {
+	Bucket                 uint32          `json:"Bucket"`
+	SourceShard            int             `json:"SourceShard"`
+	DestinationShard       int             `json:"DestinationShard"`
+	Status                 MigrationStatus `json:"Status"`
+	MigrationIndex         uint64          `json:"MigrationIndex"`
+	ConfirmationIndex      uint64          `json:"ConfirmationIndex"`
+	LastSourceChangeVector string          `json:"LastSourceChangeVector"`
+	ConfirmedDestinations  []string        `json:"ConfirmedDestinations"`
+	ConfirmedSourceCleanup []string        `json:"ConfirmedSourceCleanup"`
+}
+
+// ShardOf returns the shard that owns bucket b.
+func (r *DatabaseRecord) ShardOf(b uint32) int { return r.Sharding.BucketRanges.ShardOf(b) }
+
+// ShardNumbers returns the record's shard numbers in ascending order.
+func (r *DatabaseRecord) ShardNumbers() []int {
+	out := make([]int, 0, len(r.Sharding.Shards))
+	for n := 0; len(out) < len(r.Sharding.Shards); n++ {
+		if _, ok := r.Sharding.Shards[n]; ok {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// Clone returns a deep copy, safe to hand out of the state machine.
+func (r *DatabaseRecord) Clone() *DatabaseRecord {
+	b, err := json.Marshal(r)
+	if err != nil {
+		panic("raftfsm: marshal record: " + err.Error())
+	}
+	var c DatabaseRecord
+	if err := json.Unmarshal(b, &c); err != nil {
+		panic("raftfsm: unmarshal record: " + err.Error())
+	}
+	return &c
+}
+
+func newState() *State {
+	return &State{Nodes: map[string]*NodeInfo{}, Databases: map[string]*DatabaseRecord{}, Requests: map[string]uint64{}}
+}
+
+// remember records a request id as applied at index.
+func (s *State) remember(id string, index uint64) {
+	if id == "" {
+		return
+	}
+	s.Requests[id] = index
+	s.RequestOrder = append(s.RequestOrder, id)
+	for len(s.RequestOrder) > maxRememberedRequests {
+		delete(s.Requests, s.RequestOrder[0])
+		s.RequestOrder = s.RequestOrder[1:]
+	}
+}

@@ -1,0 +1,99 @@
+package rql
+
+import (
+	"cmp"
+	"strings"
+)
+
+// Eval reports whether both operands match doc.
+func (e *And) Eval(doc map[string]any) bool { return e.Left.Eval(doc) && e.Right.Eval(doc) }
+
+// Eval reports whether either operand matches doc.
+func (e *Or) Eval(doc map[string]any) bool { return e.Left.Eval(doc) || e.Right.Eval(doc) }
+
+// Eval reports whether the operand does not match doc.
+func (e *Not) Eval(doc map[string]any) bool { return !e.X.Eval(doc) }
+
+// Eval compares the field of doc with the constant. A missing field is
+// null; null equals only null and is not ordered; strings compare
+// case-insensitively; values of different types are unequal and unordered.
+func (c *Comparison) Eval(doc map[string]any) bool {
+	return evalOp(lookup(doc, c.Field), c.Op, c.Value)
+}
+
+// Matches reports whether doc is in the query's collection (compared
+// case-insensitively with @metadata.@collection) and satisfies Where.
+func (q *Query) Matches(doc map[string]any) bool {
+	if !q.AllDocs {
+		c, ok := lookup(doc, []string{"@metadata", "@collection"}).(string)
+		if !ok || !strings.EqualFold(c, q.Collection) {
+			return false
+		}
+	}
+	return q.Where == nil || q.Where.Eval(doc)
+}
+
+// Compare orders two documents by the query's order-by keys using
+// CompareValues. It returns 0 for ties; callers break ties (e.g. by id).
+func (q *Query) Compare(a, b map[string]any) int {
+	for _, k := range q.OrderBy {
+		c := CompareValues(lookup(a, k.Field), lookup(b, k.Field))
+		if k.Desc {
+			c = -c
+		}
+		if c != 0 {
+			return c
+		}
+	}
+	return 0
+}
+
+// lookup returns the value at path in doc, or nil if any step is missing
+// or not an object.
+func lookup(doc map[string]any, path []string) any {
+	var cur any = doc
+	for _, seg := range path {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return nil
+		}
+		if cur, ok = m[seg]; !ok {
+			return nil
+		}
+	}
+	return cur
+}
+
+// evalOp applies op to a field value and a constant.
+func evalOp(field any, op Op, lit any) bool {
+	fk, fv := classify(field)
+	lk, lv := classify(lit)
+	if fk != lk || fk == kindNull || fk > kindString {
+		eq := fk == kindNull && lk == kindNull
+		return op == Eq && eq || op == Ne && !eq
+	}
+	var c int
+	switch fk {
+	case kindBool:
+		c = compareBools(fv.(bool), lv.(bool))
+	case kindNumber:
+		c = cmp.Compare(fv.(float64), lv.(float64))
+	default:
+		c = foldCompare(fv.(string), lv.(string))
+	}
+	switch op {
+	case Eq:
+		return c == 0
+	case Ne:
+		return c != 0
+	case Lt:
+		return c < 0
+	case Le:
+		return c <= 0
+	case Gt:
+		return c > 0
+	case Ge:
+		return c >= 0
+	}
+	return false
+}

@@ -1,0 +1,165 @@
+package rql
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// sampleDocs decodes the test documents the way the server does.
+func sampleDocs(t testing.TB, extra ...string) []map[string]any {
+	t.Helper()
+	raw := append([]string{
+		`{"Name":"Alice","Age":30,"Address":{"City":"London","Zip":"E1"},"Active":true,"Manager":null,
+		  "@metadata":{"@collection":"Users","@id":"users/1"}}`,
+		`{"Name":"bob","Age":25,"Address":{"City":"Paris"},"Active":false,
+		  "@metadata":{"@collection":"Users","@id":"users/2"}}`,
+		`{"Name":"Carol","Age":"40","Address":null,"Manager":"users/1",
+		  "@metadata":{"@collection":"Users","@id":"users/3"}}`,
+		`{"Company":"companies/1","Total":100.5,"Lines":[1,2],
+		  "@metadata":{"@collection":"Orders","@id":"orders/1"}}`,
+	}, extra...)
+	var docs []map[string]any
+	for _, r := range raw {
+		var d map[string]any
+		if err := json.Unmarshal([]byte(r), &d); err != nil {
+			t.Fatal(err)
+		}
+		docs = append(docs, d)
+	}
+	return docs
+}
+
+func docID(d map[string]any) string { return lookup(d, idPath).(string) }
+
+func TestMatches(t *testing.T) {
+	docs := sampleDocs(t)
+	params := map[string]any{"int": 26, "num": json.Number("26"), "name": "BOB", "nil": nil}
+	tests := []struct {
+		q    string
+		want string // matching ids, comma-separated
+	}{
+		{"from Users", "users/1,users/2,users/3"},
+		{"from users", "users/1,users/2,users/3"},
+		{"from 'ORDERS'", "orders/1"},
+		{"from Nope", ""},
+		{"from @all_docs", "users/1,users/2,users/3,orders/1"},
+		// Case-insensitive strings.
+		{"from Users where Name = 'ALICE'", "users/1"},
+		{`from Users where Name == "Bob"`, "users/2"},
+		{"from Users where Name = $name", "users/2"},
+		{"from Users where Name != 'alice'", "users/2,users/3"},
+		{"from Users where Name >= 'B' and Name < 'c'", "users/2"},
+		{"from Users where Name <= 'ALICE'", "users/1"},
+		// Numeric comparison; a string field never equals or orders against a number.
+		{"from Users where Age > 26", "users/1"},
+		{"from Users where Age >= 25", "users/1,users/2"},
+		{"from Users where Age < $int", "users/2"},
+		{"from Users where Age < $num", "users/2"},
+		{"from Users where Age = 30.0", "users/1"},
+		{"from Users where Age != 30", "users/2,users/3"},
+		{"from Users where Age = '40'", "users/3"},
+		{"from Users where Age > '1'", "users/3"},
+		{"from Orders where Total = 100.5", "orders/1"},
+		{"from Orders where Total > -1", "orders/1"},
+		// Nested fields, null and missing.
+		{"from Users where Address.City = 'paris'", "users/2"},
+		{"from Users where Address.City = null", "users/3"},
+		{"from Users where Address.City != null", "users/1,users/2"},
+		{"from Users where Address.Zip = 'e1'", "users/1"},
+		{"from Users where Address = null", "users/3"},
+		{"from Users where Address != null", "users/1,users/2"},
+		{"from Users where Manager = null", "users/1,users/2"},
+		{"from Users where Manager = $nil", "users/1,users/2"},
+		{"from Users where Manager != null", "users/3"},
+		{"from Users where Manager > null", ""},
+		{"from Users where Manager <= null", ""},
+		{"from Users where Missing != 1", "users/1,users/2,users/3"},
+		{"from Users where Missing < 1", ""},
+		{"from Users where Name.First = 'Alice'", ""},
+		// Objects and arrays are unequal to scalars.
+		{"from @all_docs where Address = 'London'", ""},
+		{"from @all_docs where Lines != 1", "users/1,users/2,users/3,orders/1"},
+		// Booleans.
+		{"from Users where Active = true", "users/1"},
+		{"from Users where Active = FALSE", "users/2"},
+		{"from Users where Active != true", "users/2,users/3"},
+		{"from Users where Active < true", "users/2"},
+		{"from Users where Active = 'true'", ""},
+		// Document id.
+		{"from @all_docs where id() = 'USERS/2'", "users/2"},
+		{"from @all_docs where id() >= 'u'", "users/1,users/2,users/3"},
+		// Precedence and parentheses.
+		{"from Users where Name = 'alice' or Name = 'bob' and Age > 100", "users/1"},
+		{"from Users where (Name = 'alice' or Name = 'bob') and Age > 100", ""},
+		{"from Users where not Name = 'alice' and Age >= 25", "users/2"},
+		{"from Users where not (Name = 'alice' and Age >= 25)", "users/2,users/3"},
+		{"from Users where not not Active = true", "users/1"},
+		{"from Users where (Name = 'alice' or Name = 'bob') and Age > 26", "users/1"},
+	}
+	for _, tt := range tests {
+		q, err := Parse(tt.q, params)
+		if err != nil {
+			t.Errorf("Parse(%q): %v", tt.q, err)
+			continue
+		}
+		var got []string
+		for _, d := range docs {
+			if q.Matches(d) {
+				got = append(got, docID(d))
+			}
+		}
+		if g := strings.Join(got, ","); g != tt.want {
+			t.Errorf("%s\n got %s\nwant %s", tt.q, g, tt.want)
+		}
+	}
+}
+
+func TestMatchesNoMetadata(t *testing.T) {
+	q, _ := Parse("from Users", nil)
+	if q.Matches(map[string]any{"Name": "x"}) || q.Matches(nil) {
+		t.Error("document without @collection matched a collection query")
+	}
+	q, _ = Parse("from @all_docs where X = null", nil)
+	if !q.Matches(nil) {
+		t.Error("nil document should match @all_docs where X = null")
+	}
+}
+
+func TestOrderBy(t *testing.T) {
+	docs := sampleDocs(t, `{"Name":"alice","Age":30,"Active":true,"@metadata":{"@collection":"Users","@id":"users/4"}}`)
+	docs = slices.DeleteFunc(docs, func(d map[string]any) bool { return docID(d) == "orders/1" })
+	tests := []struct{ q, want string }{
+		{"from Users", "users/1,users/2,users/3,users/4"},
+		{"from Users order by Age", "users/2,users/1,users/4,users/3"},
+		{"from Users order by Age desc", "users/3,users/1,users/4,users/2"},
+		{"from Users order by Age desc, Name", "users/3,users/1,users/4,users/2"},
+		{"from Users order by Age desc, Name desc", "users/3,users/4,users/1,users/2"},
+		{"from Users order by Name", "users/1,users/4,users/2,users/3"},
+		{"from Users order by Address.City", "users/3,users/4,users/1,users/2"},
+		{"from Users order by Active desc, Age asc, id() desc", "users/4,users/1,users/2,users/3"},
+		{"from Users order by id() desc", "users/4,users/3,users/2,users/1"},
+		{"from Users order by Missing", "users/1,users/2,users/3,users/4"},
+	}
+	for _, tt := range tests {
+		q, err := Parse(tt.q, nil)
+		if err != nil {
+			t.Fatalf("Parse(%q): %v", tt.q, err)
+		}
+		sorted := slices.Clone(docs)
+		slices.SortStableFunc(sorted, func(a, b map[string]any) int {
+			if c := q.Compare(a, b); c != 0 {
+				return c
+			}
+			return strings.Compare(docID(a), docID(b))
+		})
+		var got []string
+		for _, d := range sorted {
+			got = append(got, docID(d))
+		}
+		if g := strings.Join(got, ","); g != tt.want {
+			t.Errorf("%s\n got %s\nwant %s", tt.q, g, tt.want)
+		}
+	}
+}

@@ -1,0 +1,298 @@
+package rql
+
+import (
+	"fmt"
+	"math"
+	"strings"
+)
+
+// fieldReserved holds keywords that cannot start a field path.
+var fieldReserved = map[string]bool{
+	"and": true, "or": true, "not": true, "true": true, "false": true, "null": true,
+}
+
+// collectionReserved holds keywords that cannot be an unquoted collection
+// name.
+var collectionReserved = map[string]bool{
+	"and": true, "or": true, "not": true, "true": true, "false": true, "null": true,
+	"from": true, "where": true, "order": true, "limit": true, "offset": true,
+}
+
+// Parse parses an RQL query. params supplies the values of $name
+// references (key "p0" for "$p0"); values may be nil, bool, string or any
+// number type including json.Number. Errors are *ParseError.
+func Parse(q string, params map[string]any) (*Query, error) {
+	p := &parser{lex: lexer{src: q}, params: params}
+	p.advance()
+	return p.parseQuery()
+}
+
+// parser is a recursive-descent parser with one token of lookahead.
+type parser struct {
+	lex    lexer
+	tok    token
+	params map[string]any
+}
+
+func (p *parser) advance() { p.tok = p.lex.next() }
+
+// isKeyword reports whether the current token is the keyword kw.
+func (p *parser) isKeyword(kw string) bool {
+	return p.tok.kind == tokIdent && strings.EqualFold(p.tok.raw, kw)
+}
+
+// errAt returns a *ParseError at byte offset pos.
+func (p *parser) errAt(pos int, format string, args ...any) error {
+	return &ParseError{Pos: pos, Msg: fmt.Sprintf(format, args...), Query: p.lex.src}
+}
+
+// unexpected reports the current token where want was expected, or the
+// lexical error the token carries.
+func (p *parser) unexpected(want string) error {
+	if p.tok.kind == tokError {
+		return p.errAt(p.tok.pos, "%s", p.tok.str)
+	}
+	return p.errAt(p.tok.pos, "expected %s, found %s", want, p.tok.describe())
+}
+
+// parseQuery parses the whole query.
+func (p *parser) parseQuery() (*Query, error) {
+	if p.tok.kind == tokEOF {
+		return nil, p.errAt(0, "empty query")
+	}
+	if !p.isKeyword("from") {
+		return nil, p.unexpected("'from'")
+	}
+	p.advance()
+	q := &Query{Limit: -1}
+	if err := p.parseSource(q); err != nil {
+		return nil, err
+	}
+	var err error
+	if p.isKeyword("where") {
+		p.advance()
+		if q.Where, err = p.parseOr(); err != nil {
+			return nil, err
+		}
+	}
+	if p.isKeyword("order") {
+		p.advance()
+		if q.OrderBy, err = p.parseOrderBy(); err != nil {
+			return nil, err
+		}
+	}
+	if err := p.parseLimitOffset(q); err != nil {
+		return nil, err
+	}
+	if p.tok.kind != tokEOF {
+		return nil, p.unexpected("end of query")
+	}
+	return q, nil
+}
+
+// parseSource parses a collection name, quoted name or @all_docs.
+func (p *parser) parseSource(q *Query) error {
+	switch t := p.tok; {
+	case t.kind == tokIdent && strings.EqualFold(t.raw, "@all_docs"):
+		q.AllDocs = true
+	case t.kind == tokIdent && t.raw[0] == '@':
+		return p.errAt(t.pos, "unknown source %s", t.raw)
+	case t.kind == tokIdent && !collectionReserved[strings.ToLower(t.raw)]:
+		q.Collection = t.raw
+	case t.kind == tokString && t.str != "":
+		q.Collection = t.str
+	case t.kind == tokString:
+		return p.errAt(t.pos, "empty collection name")
+	default:
+		return p.unexpected("collection name")
+	}
+	p.advance()
+	return nil
+}
+
+// parseOrderBy parses 'by' key {',' key}; 'order' is already consumed.
+func (p *parser) parseOrderBy() ([]OrderKey, error) {
+	if !p.isKeyword("by") {
+		return nil, p.unexpected("'by'")
+	}
+	var keys []OrderKey
+	for {
+		p.advance()
+		f, err := p.parseField()
+		if err != nil {
+			return nil, err
+		}
+		k := OrderKey{Field: f}
+		if p.isKeyword("asc") || p.isKeyword("desc") {
+			k.Desc = p.isKeyword("desc")
+			p.advance()
+		}
+		keys = append(keys, k)
+		if p.tok.kind != tokComma {
+			return keys, nil
+		}
+	}
+}
+
+// parseLimitOffset parses optional 'limit N' and 'offset N' in either order.
+func (p *parser) parseLimitOffset(q *Query) error {
+	seen := map[string]bool{}
+	for {
+		var dst *int
+		switch {
+		case p.isKeyword("limit"):
+			dst = &q.Limit
+		case p.isKeyword("offset"):
+			dst = &q.Offset
+		default:
+			return nil
+		}
+		kw := strings.ToLower(p.tok.raw)
+		if seen[kw] {
+			return p.errAt(p.tok.pos, "duplicate '%s' clause", kw)
+		}
+		seen[kw] = true
+		p.advance()
+		if p.tok.kind != tokNumber && p.tok.kind != tokParam {
+			return p.unexpected("non-negative integer")
+		}
+		t := p.tok
+		v, err := p.parseValue()
+		if err != nil {
+			return err
+		}
+		f, ok := v.(float64)
+		if !ok || f < 0 || f != math.Trunc(f) || f > math.MaxInt32 {
+			return p.errAt(t.pos, "%s must be a non-negative integer, found %s", kw, formatValue(v))
+		}
+		*dst = int(f)
+	}
+}
+
+// parseOr parses and-expressions separated by 'or'.
+func (p *parser) parseOr() (Expr, error) {
+	left, err := p.parseAnd()
+	for err == nil && p.isKeyword("or") {
+		p.advance()
+		var right Expr
+		if right, err = p.parseAnd(); err == nil {
+			left = &Or{left, right}
+		}
+	}
+	return left, err
+}
+
+// parseAnd parses not-expressions separated by 'and'.
+func (p *parser) parseAnd() (Expr, error) {
+	left, err := p.parseNot()
+	for err == nil && p.isKeyword("and") {
+		p.advance()
+		var right Expr
+		if right, err = p.parseNot(); err == nil {
+			left = &And{left, right}
+		}
+	}
+	return left, err
+}
+
+// parseNot parses 'not' expressions, parenthesized expressions and
+// comparisons.
+func (p *parser) parseNot() (Expr, error) {
+	switch {
+	case p.isKeyword("not"):
+		p.advance()
+		x, err := p.parseNot()
+		if err != nil {
+			return nil, err
+		}
+		return &Not{x}, nil
+	case p.tok.kind == tokLParen:
+		open := p.tok.pos
+		p.advance()
+		x, err := p.parseOr()
+		if err != nil {
+			return nil, err
+		}
+		if p.tok.kind != tokRParen {
+			return nil, p.unexpected(fmt.Sprintf("')' to close '(' at position %d", open))
+		}
+		p.advance()
+		return x, nil
+	}
+	return p.parseComparison()
+}
+
+// parseComparison parses field op value.
+func (p *parser) parseComparison() (Expr, error) {
+	f, err := p.parseField()
+	if err != nil {
+		return nil, err
+	}
+	if p.tok.kind != tokOp {
+		return nil, p.unexpected("comparison operator")
+	}
+	op := p.tok.op
+	p.advance()
+	v, err := p.parseValue()
+	if err != nil {
+		return nil, err
+	}
+	return &Comparison{Field: f, Op: op, Value: v}, nil
+}
+
+// parseField parses ident {'.' ident} or id().
+func (p *parser) parseField() ([]string, error) {
+	if p.tok.kind != tokIdent || fieldReserved[strings.ToLower(p.tok.raw)] {
+		return nil, p.unexpected("field name")
+	}
+	path := []string{p.tok.raw}
+	p.advance()
+	if strings.EqualFold(path[0], "id") && p.tok.kind == tokLParen {
+		p.advance()
+		if p.tok.kind != tokRParen {
+			return nil, p.unexpected("')'")
+		}
+		p.advance()
+		return append([]string(nil), idPath...), nil
+	}
+	for p.tok.kind == tokDot {
+		p.advance()
+		if p.tok.kind != tokIdent {
+			return nil, p.unexpected("field name after '.'")
+		}
+		path = append(path, p.tok.raw)
+		p.advance()
+	}
+	return path, nil
+}
+
+// parseValue parses a literal or $param, normalized to nil, bool, float64
+// or string.
+func (p *parser) parseValue() (any, error) {
+	t := p.tok
+	var v any
+	switch {
+	case t.kind == tokString:
+		v = t.str
+	case t.kind == tokNumber:
+		v = t.num
+	case p.isKeyword("true"), p.isKeyword("false"):
+		v = p.isKeyword("true")
+	case p.isKeyword("null"):
+		v = nil
+	case t.kind == tokParam:
+		raw, ok := p.params[t.str]
+		if !ok {
+			return nil, p.errAt(t.pos, "unknown parameter $%s", t.str)
+		}
+		k, n := classify(raw)
+		if k > kindString {
+			return nil, p.errAt(t.pos, "parameter $%s has unsupported type %T", t.str, raw)
+		}
+		v = n
+	default:
+		return nil, p.unexpected("value")
+	}
+	p.advance()
+	return v, nil
+}

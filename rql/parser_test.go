@@ -1,0 +1,195 @@
+package rql
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestParseValid(t *testing.T) {
+	params := map[string]any{
+		"p0": "Alice", "p1": 42, "p2": json.Number("1.5"), "p3": nil, "p4": true, "n": 10,
+	}
+	tests := []struct{ in, want string }{
+		{"from Orders", "from Orders"},
+		{"FROM Orders", "from Orders"},
+		{"  from\tOrders\n", "from Orders"},
+		{"from @all_docs", "from @all_docs"},
+		{"from @ALL_DOCS", "from @all_docs"},
+		{"from 'Order Lines'", "from 'Order Lines'"},
+		{`from "Orders"`, "from Orders"},
+		{"from 'where'", "from 'where'"},
+		{"from Users_2", "from Users_2"},
+		{"from Users where Name = 'x'", "from Users where Name = 'x'"},
+		{"from Users where Name == \"x\"", "from Users where Name = 'x'"},
+		{`from Users where Name = 'it\'s \"q\" \\ \n'`, "from Users where Name = 'it\\'s \"q\" \\\\ \n'"},
+		{"from Users where Age <> 3", "from Users where Age != 3"},
+		{"from Users where Age != -3.25", "from Users where Age != -3.25"},
+		{"from Users where Age < 1e3", "from Users where Age < 1000"},
+		{"from Users where Age <= 2.5E-3", "from Users where Age <= 0.0025"},
+		{"from Users where Age > 0", "from Users where Age > 0"},
+		{"from Users where Age >= 007", "from Users where Age >= 7"},
+		{"from Users where Age>=1 and(Name='x')", "from Users where (Age >= 1 and Name = 'x')"},
+		{"from Users where Active = TRUE", "from Users where Active = true"},
+		{"from Users where Active = false", "from Users where Active = false"},
+		{"from Users where Manager = NULL", "from Users where Manager = null"},
+		{"from Users where Address.City = 'London'", "from Users where Address.City = 'London'"},
+		{"from Users where a.b.c = 1", "from Users where a.b.c = 1"},
+		{"from Users where id() = 'users/1'", "from Users where id() = 'users/1'"},
+		{"from Users where ID ( ) = 'users/1'", "from Users where id() = 'users/1'"},
+		{"from Users where @metadata.@collection = 'Users'", "from Users where @metadata.@collection = 'Users'"},
+		{"from Users where id = 1", "from Users where id = 1"},
+		{"from Users where where = 1", "from Users where where = 1"},
+		{"from Users where a.and = 1", "from Users where a.and = 1"},
+		{"from Users where Name = $p0", "from Users where Name = 'Alice'"},
+		{"from Users where Age = $p1 or Age = $p2", "from Users where (Age = 42 or Age = 1.5)"},
+		{"from Users where X = $p3 and Y = $p4", "from Users where (X = null and Y = true)"},
+		// Precedence: or < and < not < comparison.
+		{"from U where a = 1 or b = 2 and c = 3", "from U where (a = 1 or (b = 2 and c = 3))"},
+		{"from U where a = 1 and b = 2 or c = 3", "from U where ((a = 1 and b = 2) or c = 3)"},
+		{"from U where not a = 1 and b = 2", "from U where ((not a = 1) and b = 2)"},
+		{"from U where not not a = 1", "from U where (not (not a = 1))"},
+		{"from U where not (a = 1 and b = 2)", "from U where (not (a = 1 and b = 2))"},
+		{"from U where (a = 1 or b = 2) and c = 3", "from U where ((a = 1 or b = 2) and c = 3)"},
+		{"from U where ((a = 1))", "from U where a = 1"},
+		{"from U where a = 1 or b = 2 or c = 3", "from U where ((a = 1 or b = 2) or c = 3)"},
+		{"from U where a = 1 AND b = 2 Or NOT c = 3", "from U where ((a = 1 and b = 2) or (not c = 3))"},
+		// Order by, limit, offset.
+		{"from U order by Name", "from U order by Name"},
+		{"from U order by Name asc, Age DESC, id()", "from U order by Name, Age desc, id()"},
+		{"from U where a = 1 order by a.b desc limit 10 offset 5", "from U where a = 1 order by a.b desc limit 10 offset 5"},
+		{"from U offset 5 limit 10", "from U limit 10 offset 5"},
+		{"from U limit 0", "from U limit 0"},
+		{"from U offset 0", "from U"},
+		{"from U limit $n", "from U limit 10"},
+		{"from U order by limit limit 1", "from U order by limit limit 1"},
+	}
+	for _, tt := range tests {
+		q, err := Parse(tt.in, params)
+		if err != nil {
+			t.Errorf("Parse(%q): %v", tt.in, err)
+			continue
+		}
+		if got := q.String(); got != tt.want {
+			t.Errorf("Parse(%q).String() = %q, want %q", tt.in, got, tt.want)
+		}
+		q2, err := Parse(q.String(), nil)
+		if err != nil {
+			t.Errorf("reparse %q: %v", q.String(), err)
+		} else if q2.String() != q.String() {
+			t.Errorf("round trip %q -> %q", q.String(), q2.String())
+		}
+	}
+}
+
+func TestParseFields(t *testing.T) {
+	q, err := Parse("from 'My Orders' where a = 1 order by b.c desc, id() limit 3 offset 4", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.Collection != "My Orders" || q.AllDocs || q.Limit != 3 || q.Offset != 4 {
+		t.Errorf("got %+v", q)
+	}
+	c, ok := q.Where.(*Comparison)
+	if !ok || strings.Join(c.Field, ".") != "a" || c.Op != Eq || c.Value != 1.0 {
+		t.Errorf("where = %#v", q.Where)
+	}
+	if len(q.OrderBy) != 2 || strings.Join(q.OrderBy[0].Field, ".") != "b.c" || !q.OrderBy[0].Desc ||
+		strings.Join(q.OrderBy[1].Field, ".") != "@metadata.@id" || q.OrderBy[1].Desc {
+		t.Errorf("order by = %+v", q.OrderBy)
+	}
+	q, err = Parse("from @all_docs", nil)
+	if err != nil || !q.AllDocs || q.Where != nil || q.Limit != -1 || q.Offset != 0 {
+		t.Errorf("@all_docs: %+v, %v", q, err)
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	params := map[string]any{"p0": 1, "s": "x", "obj": map[string]any{}}
+	tests := []struct {
+		in  string
+		pos int
+		msg string
+	}{
+		{"", 0, "empty query"},
+		{"   ", 0, "empty query"},
+		{"select * from X", 0, "expected 'from', found 'select'"},
+		{"  Orders", 2, "expected 'from'"},
+		{"from", 4, "expected collection name, found end of query"},
+		{"from where", 5, "expected collection name, found 'where'"},
+		{"from ''", 5, "empty collection name"},
+		{"from @foo", 5, "unknown source @foo"},
+		{"from Orders # x", 12, "unexpected character '#'"},
+		{"from Orders where A = 1 & B = 2", 24, "unexpected character '&'"},
+		{"from Orders where A ! 1", 20, "unexpected character '!'"},
+		{"from Orders where A = \xff", 22, "invalid UTF-8 byte 0xff"},
+		{"from Orders where Name = 'abc", 25, "unterminated string"},
+		{`from Orders where Name = "abc\`, 25, "unterminated string"},
+		{`from Orders where Name = 'a\qb'`, 27, `invalid escape sequence \q`},
+		{"from Orders where A =", 21, "expected value, found end of query"},
+		{"from Orders where A = and B = 1", 22, "expected value, found 'and'"},
+		{"from Orders where A = )", 22, "expected value, found ')'"},
+		{"from Orders where A 1", 20, "expected comparison operator, found number 1"},
+		{"from Orders where", 17, "expected field name, found end of query"},
+		{"from Orders where and = 1", 18, "expected field name, found 'and'"},
+		{"from Orders where 'A' = 1", 18, "expected field name, found string 'A'"},
+		{"from Orders where A. = 1", 21, "expected field name after '.', found '='"},
+		{"from Orders where id( = 1", 22, "expected ')', found '='"},
+		{"from Orders where (A = 1", 24, "expected ')' to close '(' at position 18, found end of query"},
+		{"from Orders where ((A = 1) or B = 2", 35, "expected ')' to close '(' at position 18"},
+		{"from Orders where A = 1)", 23, "expected end of query, found ')'"},
+		{"from Orders where A = 1 B = 2", 24, "expected end of query, found 'B'"},
+		{"from Orders where A = 1 order Name", 30, "expected 'by', found 'Name'"},
+		{"from Orders order by", 20, "expected field name, found end of query"},
+		{"from Orders order by A,", 23, "expected field name"},
+		{"from Orders order by A limit 1 where B = 1", 31, "expected end of query, found 'where'"},
+		{"from Orders limit -5", 18, "limit must be a non-negative integer, found -5"},
+		{"from Orders offset -1", 19, "offset must be a non-negative integer, found -1"},
+		{"from Orders limit 1.5", 18, "limit must be a non-negative integer, found 1.5"},
+		{"from Orders limit 1e12", 18, "limit must be a non-negative integer"},
+		{"from Orders limit", 17, "expected non-negative integer, found end of query"},
+		{"from Orders limit 'x'", 18, "expected non-negative integer, found string 'x'"},
+		{"from Orders limit $s", 18, "limit must be a non-negative integer, found 'x'"},
+		{"from Orders limit 1 limit 2", 20, "duplicate 'limit' clause"},
+		{"from Orders offset 1 limit 2 OFFSET 3", 29, "duplicate 'offset' clause"},
+		{"from Orders where A = 1.2.3", 22, `bad number "1.2.3"`},
+		{"from Orders where A = 12abc", 22, `bad number "12abc"`},
+		{"from Orders where A = 1and B = 2", 22, `bad number "1and"`},
+		{"from Orders where A = 1e", 22, `bad number "1e"`},
+		{"from Orders where A = 1.", 22, `bad number "1."`},
+		{"from Orders where A = 1e999", 22, "number 1e999 out of range"},
+		{"from Orders where A = -", 22, "unexpected character '-'"},
+		{"from Orders where A = $p9", 22, "unknown parameter $p9"},
+		{"from Orders where A = $", 22, "expected parameter name after '$'"},
+		{"from Orders where A = $obj", 22, "parameter $obj has unsupported type map[string]interface {}"},
+	}
+	for _, tt := range tests {
+		q, err := Parse(tt.in, params)
+		var pe *ParseError
+		if !errors.As(err, &pe) {
+			t.Errorf("Parse(%q) = %v, %v; want *ParseError", tt.in, q, err)
+			continue
+		}
+		if pe.Pos != tt.pos || !strings.Contains(pe.Msg, tt.msg) || pe.Query != tt.in {
+			t.Errorf("Parse(%q) error = {Pos:%d Msg:%q}, want {Pos:%d Msg:~%q}", tt.in, pe.Pos, pe.Msg, tt.pos, tt.msg)
+		}
+	}
+}
+
+func TestParseErrorString(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"from Orders where A = 1 # x", `rql: unexpected character '#' at position 24: near "# x"`},
+		{"from Orders where A =", `rql: expected value, found end of query at position 21: near end of query`},
+		{"from Orders where A = $p0 and B = 'a long string value here'",
+			`rql: unknown parameter $p0 at position 22: near "$p0 and B = 'a long "...`},
+		{"from X where A = 1 é\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9", `rql: expected end of query, found 'é` +
+			"\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9" + `' at position 19: near "éééééééééé"...`},
+	}
+	for _, tt := range tests {
+		_, err := Parse(tt.in, nil)
+		if err == nil || err.Error() != tt.want {
+			t.Errorf("Parse(%q) error:\n got %v\nwant %s", tt.in, err, tt.want)
+		}
+	}
+}

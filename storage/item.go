@@ -1,0 +1,145 @@
+package storage
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Flags mark how an item came to be.
+type Flags uint8
+
+const (
+	// FlagDeleted marks a tombstone: the document was deleted.
+	FlagDeleted Flags = 1 << iota
+	// FlagFromResharding marks an item written by a bucket transfer.
+	FlagFromResharding
+	// FlagArtificial marks a local tombstone left by a purge; it never
+	// replicates and never reaches a consumer.
+	FlagArtificial
+)
+
+// Document is one stored item: a live document or a tombstone.
+type Document struct {
+	// ID is the document id as the client spelled it.
+	ID string
+	// Collection is the document's collection ("@collection"); empty for
+	// documents without one.
+	Collection string
+	// ChangeVector is the canonical text of the item's change vector.
+	ChangeVector string
+	// LastModified is when the item was last written.
+	LastModified time.Time
+	// Etag orders the item in this replica's changes feed.
+	Etag uint64
+	// Bucket is the item's bucket.
+	Bucket uint32
+	// Flags say whether the item is a tombstone and how it got here.
+	Flags Flags
+	// Body is the JSON object of the document without "@metadata"; nil for
+	// a tombstone.
+	Body []byte
+}
+
+// Deleted reports whether the item is a tombstone.
+func (d *Document) Deleted() bool { return d.Flags&FlagDeleted != 0 }
+
+const itemFormat = 1
+
+var errCorruptItem = errors.New("corrupt item record")
+
+// encode lays the item out as: format, flags, etag, last-modified (unix ns),
+// id, collection, change vector (each length-prefixed), then the body.
+func (d *Document) encode() []byte {
+	b := make([]byte, 0, 32+len(d.ID)+len(d.Collection)+len(d.ChangeVector)+len(d.Body))
+	b = append(b, itemFormat, byte(d.Flags))
+	b = binary.AppendUvarint(b, d.Etag)
+	b = binary.AppendVarint(b, d.LastModified.UnixNano())
+	b = appendString(b, d.ID)
+	b = appendString(b, d.Collection)
+	b = appendString(b, d.ChangeVector)
+	return append(b, d.Body...)
+}
+
+func decodeItem(bucket uint32, v []byte) (*Document, error) {
+	if len(v) < 2 || v[0] != itemFormat {
+		return nil, errCorruptItem
+	}
+	d := &Document{Bucket: bucket, Flags: Flags(v[1])}
+	p := v[2:]
+	var n int
+	if d.Etag, n = binary.Uvarint(p); n <= 0 {
+		return nil, fmt.Errorf("etag: %w", errCorruptItem)
+	}
+	p = p[n:]
+	ns, n := binary.Varint(p)
+	if n <= 0 {
+		return nil, fmt.Errorf("last-modified: %w", errCorruptItem)
+	}
+	d.LastModified = time.Unix(0, ns).UTC()
+	p = p[n:]
+	var err error
+	if d.ID, p, err = readString(p); err != nil {
+		return nil, err
+	}
+	if d.Collection, p, err = readString(p); err != nil {
+		return nil, err
+	}
+	if d.ChangeVector, p, err = readString(p); err != nil {
+		return nil, err
+	}
+	if !d.Deleted() {
+		d.Body = append([]byte(nil), p...)
+	}
+	return d, nil
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+func readString(p []byte) (string, []byte, error) {
+	l, n := binary.Uvarint(p)
+	if n <= 0 || uint64(len(p)-n) < l {
+		return "", nil, fmt.Errorf("string field: %w", errCorruptItem)
+	}
+	return string(p[n : n+int(l)]), p[n+int(l):], nil
+}
+
+// BucketStats summarises one bucket of a replica.
+type BucketStats struct {
+	// Bucket is the bucket number.
+	Bucket uint32
+	// DocumentsCount counts live documents.
+	DocumentsCount int64
+	// TombstonesCount counts tombstones.
+	TombstonesCount int64
+	// Size is the stored bytes of all items (keys and values).
+	Size int64
+	// ChangeVector merges the version of every item ever written to the
+	// bucket on this replica; it never goes backwards.
+	ChangeVector string
+}
+
+func (s *BucketStats) encode() []byte {
+	b := make([]byte, 0, 16+len(s.ChangeVector))
+	b = binary.AppendVarint(b, s.DocumentsCount)
+	b = binary.AppendVarint(b, s.TombstonesCount)
+	b = binary.AppendVarint(b, s.Size)
+	return append(b, s.ChangeVector...)
+}
+
+func decodeBucketStats(bucket uint32, v []byte) (BucketStats, error) {
+	s := BucketStats{Bucket: bucket}
+	for _, f := range []*int64{&s.DocumentsCount, &s.TombstonesCount, &s.Size} {
+		x, n := binary.Varint(v)
+		if n <= 0 {
+			return s, fmt.Errorf("bucket %d stats: %w", bucket, errCorruptItem)
+		}
+		*f, v = x, v[n:]
+	}
+	s.ChangeVector = string(v)
+	return s, nil
+}

@@ -1,0 +1,48 @@
+package storage
+
+import (
+	"encoding/binary"
+	"strings"
+)
+
+// Key space of one replica. The first byte names the family; families sort
+// in this order, which keeps every family a contiguous range.
+const (
+	prefixMeta    byte = 0x01 // meta/<name> → value
+	prefixItem    byte = 0x02 // item/<bucket BE32><lower id> → encoded item
+	prefixEtag    byte = 0x03 // etag/<etag BE64> → <bucket BE32><lower id>
+	prefixBktStat byte = 0x04 // bucketstat/<bucket BE32> → encoded bucket stats
+)
+
+var (
+	metaDatabaseID = []byte{prefixMeta, 'd', 'b', 'i', 'd'}
+	metaCounters   = []byte{prefixMeta, 'c', 'n', 't', 's'}
+)
+
+// itemKey is the key of the document or tombstone with the given id. Ids are
+// case-insensitive, so the key holds the lower-cased id.
+func itemKey(bucket uint32, id string) []byte {
+	lower := strings.ToLower(id)
+	k := make([]byte, 0, 5+len(lower))
+	k = append(k, prefixItem)
+	k = binary.BigEndian.AppendUint32(k, bucket)
+	return append(k, lower...)
+}
+
+// bucketPrefix bounds all items of one bucket: [lower, upper).
+func bucketBounds(from, to uint32) (lower, upper []byte) {
+	lower = binary.BigEndian.AppendUint32([]byte{prefixItem}, from)
+	if to >= 1<<20-1 { // the last bucket: run to the end of the family
+		return lower, []byte{prefixItem + 1}
+	}
+	upper = binary.BigEndian.AppendUint32([]byte{prefixItem}, to+1)
+	return lower, upper
+}
+
+func etagKey(etag uint64) []byte {
+	return binary.BigEndian.AppendUint64([]byte{prefixEtag}, etag)
+}
+
+func bucketStatKey(bucket uint32) []byte {
+	return binary.BigEndian.AppendUint32([]byte{prefixBktStat}, bucket)
+}

@@ -1,0 +1,133 @@
+package storage
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/shardnode/shardnode/bucket"
+)
+
+// Get returns the live document with id, or ErrNotFound (also for a
+// tombstone).
+func (s *Store) Get(id string) (*Document, error) {
+	d, err := s.GetItem(id)
+	if err != nil {
+		return nil, err
+	}
+	if d.Deleted() {
+		return nil, ErrNotFound
+	}
+	return d, nil
+}
+
+// GetItem returns the document or tombstone with id, or ErrNotFound.
+func (s *Store) GetItem(id string) (*Document, error) {
+	b := bucket.ForID(id)
+	d, err := s.get(itemKey(b, id), b)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return nil, fmt.Errorf("get %q: %w", id, err)
+	}
+	return d, err
+}
+
+// Changes returns up to limit items (documents and tombstones) whose etag is
+// greater than after, in etag order: the changes feed that replication, ETL
+// and subscriptions tail.
+func (s *Store) Changes(after uint64, limit int) ([]*Document, error) {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: etagKey(after + 1), UpperBound: []byte{prefixEtag + 1}})
+	if err != nil {
+		return nil, fmt.Errorf("changes after %d: %w", after, err)
+	}
+	defer closeQuietly(it)
+	var out []*Document
+	for ok := it.First(); ok && len(out) < limit; ok = it.Next() {
+		ref := it.Value()
+		if len(ref) < 4 {
+			return nil, fmt.Errorf("changes after %d: %w", after, errCorruptItem)
+		}
+		b := binary.BigEndian.Uint32(ref)
+		key := append([]byte{prefixItem}, ref...)
+		d, err := s.get(key, b)
+		if err != nil {
+			return nil, fmt.Errorf("changes after %d: item %q: %w", after, ref[4:], err)
+		}
+		out = append(out, d)
+	}
+	return out, it.Error()
+}
+
+// BucketStats returns the statistics of one bucket (zero if it never held
+// anything).
+func (s *Store) BucketStats(b uint32) (BucketStats, error) {
+	v, closer, err := s.db.Get(bucketStatKey(b))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return BucketStats{Bucket: b}, nil
+	}
+	if err != nil {
+		return BucketStats{}, fmt.Errorf("bucket %d stats: %w", b, err)
+	}
+	defer closer.Close()
+	return decodeBucketStats(b, v)
+}
+
+// RangeStats calls fn for every bucket in [from, to] that has statistics,
+// in bucket order.
+func (s *Store) RangeStats(from, to uint32, fn func(BucketStats) error) error {
+	upper := []byte{prefixBktStat + 1}
+	if to < bucket.MaxID {
+		upper = bucketStatKey(to + 1)
+	}
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: bucketStatKey(from), UpperBound: upper})
+	if err != nil {
+		return fmt.Errorf("bucket stats %d-%d: %w", from, to, err)
+	}
+	defer closeQuietly(it)
+	for ok := it.First(); ok; ok = it.Next() {
+		b := binary.BigEndian.Uint32(it.Key()[1:])
+		st, err := decodeBucketStats(b, it.Value())
+		if err != nil {
+			return err
+		}
+		if err := fn(st); err != nil {
+			return err
+		}
+	}
+	return it.Error()
+}
+
+// IterateBuckets calls fn for every item (documents and tombstones) in the
+// buckets [from, to], in key order, from one consistent snapshot. Returning
+// false from fn stops the walk.
+func (s *Store) IterateBuckets(from, to uint32, fn func(*Document) bool) error {
+	lower, upper := bucketBounds(from, to)
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return fmt.Errorf("iterate buckets %d-%d: %w", from, to, err)
+	}
+	defer closeQuietly(it)
+	for ok := it.First(); ok; ok = it.Next() {
+		k := it.Key()
+		d, err := decodeItem(binary.BigEndian.Uint32(k[1:5]), it.Value())
+		if err != nil {
+			return fmt.Errorf("item %q: %w", k[5:], err)
+		}
+		if !fn(d) {
+			break
+		}
+	}
+	return it.Error()
+}
+
+// Scan calls fn for every live document of the replica, in bucket order,
+// from one consistent snapshot, until fn returns false.
+func (s *Store) Scan(fn func(*Document) bool) error {
+	return s.IterateBuckets(0, bucket.MaxID, func(d *Document) bool {
+		if d.Deleted() {
+			return true
+		}
+		return fn(d)
+	})
+}

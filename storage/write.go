@@ -1,0 +1,391 @@
+package storage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/shardnode/shardnode/bucket"
+	"github.com/shardnode/shardnode/changevector"
+)
+
+// OpKind says what an Op does.
+type OpKind uint8
+
+const (
+	// OpPut stores a document.
+	OpPut OpKind = iota + 1
+	// OpDelete deletes a document, leaving a tombstone.
+	OpDelete
+)
+
+// Op is one write of a group.
+type Op struct {
+	// Kind is put or delete.
+	Kind OpKind
+	// ID is the document id (already validated).
+	ID string
+	// Collection is the document's collection (puts only).
+	Collection string
+	// Body is the JSON object without "@metadata" (puts only).
+	Body []byte
+	// IfMatch, when set, is the change vector the caller read; the write
+	// applies only if the stored version equals its version part.
+	IfMatch string
+}
+
+// Result is the outcome of one Op.
+type Result struct {
+	// Kind repeats the op's kind.
+	Kind OpKind
+	// ID is the document id.
+	ID string
+	// Collection is the stored collection (puts).
+	Collection string
+	// ChangeVector is the new change vector (puts and effective deletes).
+	ChangeVector string
+	// LastModified is the write time.
+	LastModified time.Time
+	// Etag orders the write in the changes feed; 0 for a no-op delete.
+	Etag uint64
+	// Bucket is the id's bucket.
+	Bucket uint32
+	// Deleted reports, for a delete, whether a live document was deleted.
+	Deleted bool
+}
+
+// ConcurrencyError means an If-Match change vector did not match.
+type ConcurrencyError struct {
+	// ID is the document id.
+	ID string
+	// Expected is the caller's change vector.
+	Expected string
+	// Actual is the stored change vector ("" when the document is missing).
+	Actual string
+}
+
+func (e *ConcurrencyError) Error() string {
+	if e.Actual == "" {
+		return fmt.Sprintf("document %q does not exist, but If-Match expected change vector %q", e.ID, e.Expected)
+	}
+	return fmt.Sprintf("document %q has change vector %q, but If-Match expected %q", e.ID, e.Actual, e.Expected)
+}
+
+// maxRoundOps bounds how many ops one commit round takes, so a flood of
+// writers still gets acknowledgements at a steady pace.
+const maxRoundOps = 4096
+
+type writeReq struct {
+	ops  []Op
+	now  time.Time
+	resp chan writeResp
+}
+
+type writeResp struct {
+	results []Result
+	err     error
+}
+
+// Write applies ops atomically (all or none) and durably: it returns after
+// the fsync that made them durable. Concurrent calls share one fsync.
+func (s *Store) Write(ctx context.Context, ops []Op) ([]Result, error) {
+	req := &writeReq{ops: ops, now: time.Now().UTC(), resp: make(chan writeResp, 1)}
+	select {
+	case s.reqs <- req:
+	case <-s.done:
+		return nil, ErrClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	// Once queued the write may commit, so wait for the answer even if ctx
+	// ends: reporting failure for a committed write would be a lie.
+	select {
+	case r := <-req.resp:
+		return r.results, r.err
+	case <-s.done:
+		return nil, ErrClosed
+	}
+}
+
+func (s *Store) commitLoop(ctx context.Context) {
+	defer close(s.done)
+	for {
+		var first *writeReq
+		select {
+		case <-ctx.Done():
+			return
+		case first = <-s.reqs:
+		}
+		reqs := []*writeReq{first}
+		n := len(first.ops)
+	drain:
+		for n < maxRoundOps {
+			select {
+			case r := <-s.reqs:
+				reqs = append(reqs, r)
+				n += len(r.ops)
+			default:
+				break drain
+			}
+		}
+		s.commitRound(reqs)
+	}
+}
+
+// pendingItem is the newest state of one key within a round.
+type pendingItem struct {
+	key       []byte
+	doc       *Document // nil: key absent
+	val       []byte    // doc encoded
+	size      int64
+	committed uint64 // etag of the committed version (its feed entry goes)
+}
+
+// round accumulates the effects of the groups of one commit.
+type round struct {
+	s        *Store
+	items    map[string]*pendingItem
+	stats    map[uint32]*BucketStats
+	etag     uint64
+	counters counters
+}
+
+func (s *Store) commitRound(reqs []*writeReq) {
+	s.mu.RLock()
+	r := &round{s: s, items: map[string]*pendingItem{}, stats: map[uint32]*BucketStats{}, etag: s.lastEtag, counters: s.counters}
+	s.mu.RUnlock()
+	resps := make([]writeResp, len(reqs))
+	for i, req := range reqs {
+		resps[i] = r.applyGroup(req)
+	}
+	err := r.commit()
+	if err == nil {
+		s.mu.Lock()
+		s.lastEtag = r.etag
+		s.counters = r.counters
+		s.mu.Unlock()
+	}
+	for i, req := range reqs {
+		if err != nil && resps[i].err == nil {
+			resps[i] = writeResp{err: fmt.Errorf("commit: %w", err)}
+		}
+		req.resp <- resps[i]
+	}
+}
+
+// applyGroup applies one caller's ops to the round, or nothing of them if
+// any fails.
+func (r *round) applyGroup(req *writeReq) writeResp {
+	g := &round{s: r.s, items: map[string]*pendingItem{}, stats: map[uint32]*BucketStats{}, etag: r.etag, counters: r.counters}
+	results := make([]Result, 0, len(req.ops))
+	for _, op := range req.ops {
+		res, err := g.apply(r, op, req.now)
+		if err != nil {
+			return writeResp{err: err}
+		}
+		results = append(results, res)
+	}
+	for k, v := range g.items {
+		r.items[k] = v
+	}
+	for k, v := range g.stats {
+		r.stats[k] = v
+	}
+	r.etag, r.counters = g.etag, g.counters
+	return writeResp{results: results}
+}
+
+// lookup finds the current item for key: group, then round, then disk.
+func (g *round) lookup(parent *round, key []byte, b uint32) (*pendingItem, error) {
+	if p, ok := g.items[string(key)]; ok {
+		return p, nil
+	}
+	if p, ok := parent.items[string(key)]; ok {
+		cp := *p
+		return &cp, nil
+	}
+	v, closer, err := g.s.db.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return &pendingItem{key: key}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read %q: %w", key, err)
+	}
+	defer closer.Close()
+	d, err := decodeItem(b, v)
+	if err != nil {
+		return nil, err
+	}
+	return &pendingItem{key: key, doc: d, size: int64(len(key) + len(v)), committed: d.Etag}, nil
+}
+
+func (g *round) bucketStats(parent *round, b uint32) (*BucketStats, error) {
+	if st, ok := g.stats[b]; ok {
+		return st, nil
+	}
+	if st, ok := parent.stats[b]; ok {
+		cp := *st
+		g.stats[b] = &cp
+		return &cp, nil
+	}
+	st := &BucketStats{Bucket: b}
+	v, closer, err := g.s.db.Get(bucketStatKey(b))
+	switch {
+	case errors.Is(err, pebble.ErrNotFound):
+	case err != nil:
+		return nil, fmt.Errorf("read bucket %d stats: %w", b, err)
+	default:
+		*st, err = decodeBucketStats(b, v)
+		closer.Close()
+		if err != nil {
+			return nil, err
+		}
+	}
+	g.stats[b] = st
+	return st, nil
+}
+
+func (g *round) apply(parent *round, op Op, now time.Time) (Result, error) {
+	b := bucket.ForID(op.ID)
+	key := itemKey(b, op.ID)
+	cur, err := g.lookup(parent, key, b)
+	if err != nil {
+		return Result{}, err
+	}
+	live := cur.doc != nil && !cur.doc.Deleted()
+	if op.IfMatch != "" {
+		if err := checkIfMatch(op, cur.doc, live); err != nil {
+			return Result{}, err
+		}
+	}
+	res := Result{Kind: op.Kind, ID: op.ID, Bucket: b}
+	if op.Kind == OpDelete && !live {
+		return res, nil // nothing to delete: no tombstone, no etag
+	}
+	g.etag++
+	var prev changevector.ChangeVector
+	if cur.doc != nil {
+		prev, err = changevector.Parse(cur.doc.ChangeVector)
+		if err != nil {
+			return Result{}, fmt.Errorf("stored change vector of %q: %w", op.ID, err)
+		}
+	}
+	cv := nextChangeVector(prev, g.s.tag, g.etag, g.s.dbid)
+	doc := &Document{ID: op.ID, ChangeVector: cv.String(), LastModified: now, Etag: g.etag, Bucket: b}
+	switch op.Kind {
+	case OpPut:
+		doc.Collection, doc.Body = op.Collection, op.Body
+	case OpDelete:
+		doc.Flags = FlagDeleted
+		if cur.doc != nil {
+			doc.Collection = cur.doc.Collection
+		}
+		res.Deleted = true
+	default:
+		return Result{}, fmt.Errorf("op on %q: unknown kind %d", op.ID, op.Kind)
+	}
+	st, err := g.bucketStats(parent, b)
+	if err != nil {
+		return Result{}, err
+	}
+	val := doc.encode()
+	size := int64(len(key) + len(val))
+	if cur.doc != nil {
+		st.Size -= cur.size
+		if cur.doc.Deleted() {
+			st.TombstonesCount--
+			g.counters.Tombstones--
+		} else {
+			st.DocumentsCount--
+			g.counters.Documents--
+		}
+	}
+	st.Size += size
+	if doc.Deleted() {
+		st.TombstonesCount++
+		g.counters.Tombstones++
+	} else {
+		st.DocumentsCount++
+		g.counters.Documents++
+	}
+	bcv, err := changevector.ParseVector(st.ChangeVector)
+	if err != nil {
+		return Result{}, fmt.Errorf("bucket %d change vector: %w", b, err)
+	}
+	st.ChangeVector = changevector.Merge(bcv, cv.Version).String()
+	g.counters.CV = changevector.Merge(g.counters.CV, cv.Version)
+	g.items[string(key)] = &pendingItem{key: key, doc: doc, val: val, size: size, committed: cur.committed}
+	res.Collection, res.ChangeVector, res.LastModified, res.Etag = doc.Collection, doc.ChangeVector, now, doc.Etag
+	return res, nil
+}
+
+// checkIfMatch compares version parts, so a change vector read before a
+// bucket moved still matches the moved (composite) document.
+func checkIfMatch(op Op, cur *Document, live bool) error {
+	want, err := changevector.Parse(op.IfMatch)
+	if err != nil {
+		return fmt.Errorf("If-Match of %q: %w", op.ID, err)
+	}
+	if !live {
+		return &ConcurrencyError{ID: op.ID, Expected: op.IfMatch}
+	}
+	have, err := changevector.Parse(cur.ChangeVector)
+	if err != nil {
+		return fmt.Errorf("stored change vector of %q: %w", op.ID, err)
+	}
+	if changevector.Compare(have.Version, want.Version) != changevector.Equal {
+		return &ConcurrencyError{ID: op.ID, Expected: op.IfMatch, Actual: cur.ChangeVector}
+	}
+	return nil
+}
+
+// nextChangeVector is the change vector of a local write over prev: the
+// version continues prev's history with this replica's new etag, and so
+// does the order of a composite (moved) item.
+func nextChangeVector(prev changevector.ChangeVector, tag string, etag uint64, dbid string) changevector.ChangeVector {
+	version := prev.Version.With(tag, etag, dbid)
+	if !prev.IsComposite() {
+		return changevector.Plain(version)
+	}
+	return changevector.Composite(prev.Order.With(tag, etag, dbid), version)
+}
+
+// commit writes the round's final state in one synced batch.
+func (r *round) commit() error {
+	if len(r.items) == 0 {
+		return nil
+	}
+	b := r.s.db.NewBatch()
+	defer closeQuietly(b)
+	for _, p := range r.items {
+		if p.committed != 0 {
+			if err := b.Delete(etagKey(p.committed), nil); err != nil {
+				return err
+			}
+		}
+		if p.doc == nil {
+			if err := b.Delete(p.key, nil); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := b.Set(p.key, p.val, nil); err != nil {
+			return err
+		}
+		if err := b.Set(etagKey(p.doc.Etag), p.key[1:], nil); err != nil {
+			return err
+		}
+	}
+	for bk, st := range r.stats {
+		if err := b.Set(bucketStatKey(bk), st.encode(), nil); err != nil {
+			return err
+		}
+	}
+	if err := b.Set(metaCounters, r.counters.encode(), nil); err != nil {
+		return err
+	}
+	return b.Commit(pebble.Sync)
+}
