@@ -450,6 +450,7 @@ func TestUnknownFileKey(t *testing.T) {
 		{"http:\n  addr: :1\n  tls:\n    cert: x\n", "http.tls.cert", ""},
 		{"verbose: true\n", "verbose", ""},
 		{"log:\n  levl: debug\n", "log.levl", "did you mean log.level?"},
+		{"node:\n  tag: ~\n  bogus: ~\n", "node.bogus", ""},
 	} {
 		p := writeFile(t, "c.yaml", tc.yaml)
 		_, err := LoadFrom(p, env(nil), nil)
@@ -495,8 +496,20 @@ func TestWrongTypeRejected(t *testing.T) {
 		}
 	}
 
+	// A section that is not a mapping is one error, not one per key in it.
+	p := writeFile(t, "c.yaml", "node: 5\n")
+	_, err := LoadFrom(p, env(nil), nil)
+	if n := len(flattenErrors(err)); n != 1 {
+		t.Errorf("want 1 error for a scalar section, got %d: %v", n, err)
+	}
+	// Empty and null sections and null values fall back to the defaults.
+	p = writeFile(t, "c.yaml", "node:\nhttp: {}\nlog:\n  level: ~\n")
+	if c := mustLoad(t, p, env(nil), nil); !reflect.DeepEqual(*c, Default()) {
+		t.Errorf("empty sections: got %+v, want defaults", *c)
+	}
+
 	// From the environment, the error names the variable.
-	_, err := LoadFrom("", env(map[string]string{"SHARDNODE_RAFT_BOOTSTRAP": "maybe"}), nil)
+	_, err = LoadFrom("", env(map[string]string{"SHARDNODE_RAFT_BOOTSTRAP": "maybe"}), nil)
 	wantKeyError(t, err, "raft.bootstrap")
 	if !strings.Contains(err.Error(), "SHARDNODE_RAFT_BOOTSTRAP") {
 		t.Errorf("error %q should name the environment variable", err)

@@ -111,12 +111,11 @@ func LoadFrom(file string, lookupEnv func(string) (string, bool), fs *pflag.Flag
 	var errs []error
 	var fileKeys map[string]bool
 	if file != "" {
-		settings, err := readFile(file)
+		settings, present, keyErrs, err := readFile(file)
 		if err != nil {
 			return nil, err
 		}
-		var keyErrs []error
-		fileKeys, keyErrs = checkFileKeys(settings, file)
+		fileKeys = present
 		errs = append(errs, keyErrs...)
 		if err := v.MergeConfigMap(settings); err != nil {
 			return nil, fmt.Errorf("config: %s: %w", file, err)
@@ -191,11 +190,13 @@ func LoadFrom(file string, lookupEnv func(string) (string, bool), fs *pflag.Flag
 	return &cfg, nil
 }
 
-// readFile reads and parses a config file into nested settings.
-func readFile(file string) (map[string]any, error) {
+// readFile reads and parses a config file. It returns the settings to merge
+// (sections that are not mappings left out) and the known keys the file sets,
+// or errors naming the unknown keys and malformed sections.
+func readFile(file string) (settings map[string]any, present map[string]bool, keyErrs []error, err error) {
 	data, err := os.ReadFile(file)
 	if err != nil {
-		return nil, fmt.Errorf("config: read config file: %w", err)
+		return nil, nil, nil, fmt.Errorf("config: read config file: %w", err)
 	}
 	fv := viper.New()
 	switch ext := strings.ToLower(strings.TrimPrefix(filepath.Ext(file), ".")); ext {
@@ -205,14 +206,10 @@ func readFile(file string) (map[string]any, error) {
 		fv.SetConfigType("yaml")
 	}
 	if err := fv.ReadConfig(bytes.NewReader(data)); err != nil {
-		return nil, fmt.Errorf("config: parse %s: %w", file, err)
+		return nil, nil, nil, fmt.Errorf("config: parse %s: %w", file, err)
 	}
-	return fv.AllSettings(), nil
-}
+	settings = fv.AllSettings()
 
-// checkFileKeys reports the keys in the file's settings that are not known,
-// and sections that are not mappings. It returns the known keys present.
-func checkFileKeys(settings map[string]any, file string) (map[string]bool, []error) {
 	known := map[string]bool{}
 	sections := map[string]bool{}
 	for _, k := range Keys() {
@@ -220,48 +217,45 @@ func checkFileKeys(settings map[string]any, file string) (map[string]bool, []err
 		s, _, _ := strings.Cut(k, ".")
 		sections[s] = true
 	}
-	present := map[string]bool{}
-	var errs []error
+	present = map[string]bool{}
 	source := "file " + file
-	for _, section := range sortedKeys(settings) {
-		val := settings[section]
-		if !sections[section] {
-			for _, k := range flatten(section, val) {
-				errs = append(errs, unknownKey(k, source, known))
-			}
+	// AllKeys lists every leaf, including those set to null; empty mappings
+	// are not leaves.
+	keys := fv.AllKeys()
+	sort.Strings(keys)
+	for _, k := range keys {
+		if known[k] {
+			present[k] = true
 			continue
 		}
-		m, ok := val.(map[string]any)
-		if !ok {
-			errs = append(errs, &Error{Key: section, Value: val, Source: source,
+		if sections[k] {
+			val := fv.Get(k)
+			if val == nil {
+				continue // "node:" with nothing under it
+			}
+			keyErrs = append(keyErrs, &Error{Key: k, Value: val, Source: source,
 				Msg: "expected a mapping of keys, got " + describe(val)})
+			delete(settings, k)
 			continue
 		}
-		for _, name := range sortedKeys(m) {
-			key := section + "." + name
-			if known[key] {
-				present[key] = true
-				continue
-			}
-			for _, k := range flatten(key, m[name]) {
-				errs = append(errs, unknownKey(k, source, known))
-			}
+		if under := knownPrefix(k, known); under != "" {
+			// A mapping where a value belongs: decoding reports it.
+			present[under] = true
+			continue
 		}
+		keyErrs = append(keyErrs, unknownKey(k, source, known))
 	}
-	return present, errs
+	return settings, present, keyErrs, nil
 }
 
-// flatten lists the leaf keys under prefix.
-func flatten(prefix string, val any) []string {
-	m, ok := val.(map[string]any)
-	if !ok || len(m) == 0 {
-		return []string{prefix}
+// knownPrefix returns the known key that k lies under, or "".
+func knownPrefix(k string, known map[string]bool) string {
+	for i := strings.LastIndex(k, "."); i > 0; i = strings.LastIndex(k[:i], ".") {
+		if known[k[:i]] {
+			return k[:i]
+		}
 	}
-	var out []string
-	for _, k := range sortedKeys(m) {
-		out = append(out, flatten(prefix+"."+k, m[k])...)
-	}
-	return out
+	return ""
 }
 
 func unknownKey(key, source string, known map[string]bool) error {
@@ -297,15 +291,6 @@ func editDistance(a, b string) int {
 		prev, cur = cur, prev
 	}
 	return prev[len(b)]
-}
-
-func sortedKeys(m map[string]any) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // reflectValue returns the value ptr points to.

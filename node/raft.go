@@ -36,7 +36,7 @@ func startRaft(dir, tag, addr string, bootstrap bool, fsm *raftfsm.FSM, logger *
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("raft dir: %w", err)
 	}
-	hl := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: slogWriter{logger.With("component", "raft")}})
+	hl := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, DisableTime: true, Output: slogWriter{logger.With("component", "raft")}})
 	tcpAddr, err := net.ResolveTCPAddr("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("raft.addr %q: %w", addr, err)

@@ -1,0 +1,137 @@
+package node
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/shardnode/shardnode/raftfsm"
+	"github.com/shardnode/shardnode/storage"
+)
+
+// routes is the HTTP API. Paths follow RavenDB's REST API where it has the
+// same operation (docs/api.md lists the deviations).
+func (n *Node) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", n.handleHealth)
+	mux.HandleFunc("GET /cluster", n.handleCluster)
+	mux.HandleFunc("GET /topology", n.handleTopology)
+	mux.HandleFunc("GET /admin/databases", n.handleListDatabases)
+	mux.HandleFunc("PUT /admin/databases/{db}", n.handleCreateDatabase)
+	mux.HandleFunc("GET /admin/databases/{db}", n.handleGetDatabase)
+	mux.HandleFunc("DELETE /admin/databases/{db}", n.handleDeleteDatabase)
+	mux.HandleFunc("GET /databases/{db}/docs", n.handleGetDocs)
+	mux.HandleFunc("PUT /databases/{db}/docs", n.handlePutDoc)
+	mux.HandleFunc("DELETE /databases/{db}/docs", n.handleDeleteDoc)
+	mux.HandleFunc("POST /databases/{db}/bulk_docs", n.handleBulkDocs)
+	mux.HandleFunc("POST /databases/{db}/queries", n.handleQuery)
+	mux.HandleFunc("GET /databases/{db}/queries", n.handleQuery)
+	mux.HandleFunc("GET /databases/{db}/stats", n.handleStats)
+	mux.HandleFunc("GET /databases/{db}/buckets", n.handleBucketsReport)
+	mux.HandleFunc("GET /databases/{db}/buckets/{bucket}", n.handleBucket)
+	mux.HandleFunc("GET /databases/{db}/sharding/bucket", n.handleBucketOf)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, &apiError{Status: http.StatusNotFound, Type: "RouteNotFound", Msg: fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path)})
+	})
+	return mux
+}
+
+// apiError is an error with its HTTP status and a type name for clients.
+type apiError struct {
+	Status int
+	Type   string
+	Msg    string
+}
+
+func (e *apiError) Error() string { return e.Msg }
+
+func badRequest(format string, args ...any) *apiError {
+	return &apiError{Status: http.StatusBadRequest, Type: "BadRequest", Msg: fmt.Sprintf(format, args...)}
+}
+
+func notFound(typ, format string, args ...any) *apiError {
+	return &apiError{Status: http.StatusNotFound, Type: typ, Msg: fmt.Sprintf(format, args...)}
+}
+
+func unavailable(format string, args ...any) *apiError {
+	return &apiError{Status: http.StatusServiceUnavailable, Type: "ServiceUnavailable", Msg: fmt.Sprintf(format, args...)}
+}
+
+// toAPIError maps internal errors to statuses.
+func toAPIError(err error) *apiError {
+	var ae *apiError
+	var ce *storage.ConcurrencyError
+	switch {
+	case errors.As(err, &ae):
+		return ae
+	case errors.As(err, &ce):
+		return &apiError{Status: http.StatusConflict, Type: "ConcurrencyException", Msg: ce.Error()}
+	case errors.Is(err, raftfsm.ErrDatabaseExists):
+		return &apiError{Status: http.StatusConflict, Type: "DatabaseAlreadyExists", Msg: err.Error()}
+	case errors.Is(err, raftfsm.ErrDatabaseNotFound):
+		return &apiError{Status: http.StatusNotFound, Type: "DatabaseDoesNotExist", Msg: err.Error()}
+	case errors.Is(err, raftfsm.ErrInvalid):
+		return &apiError{Status: http.StatusBadRequest, Type: "BadRequest", Msg: err.Error()}
+	case errors.Is(err, ErrNotLeader):
+		return unavailable("%v", err)
+	default:
+		return &apiError{Status: http.StatusInternalServerError, Type: "InternalError", Msg: err.Error()}
+	}
+}
+
+// errorBody is every error's JSON body.
+type errorBody struct {
+	Error string `json:"Error"`
+	Type  string `json:"Type"`
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	ae := toAPIError(err)
+	writeJSON(w, ae.Status, errorBody{Error: ae.Msg, Type: ae.Type})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		b, _ = json.Marshal(errorBody{Error: "encode response: " + err.Error(), Type: "InternalError"})
+	}
+	writeRaw(w, status, b)
+}
+
+func writeRaw(w http.ResponseWriter, status int, b []byte) {
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+// readBody reads at most limit bytes of the request body; a larger body is
+// a 413.
+func readBody(r *http.Request, limit int64) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	if err != nil {
+		return nil, badRequest("read request body: %v", err)
+	}
+	if int64(len(b)) > limit {
+		return nil, &apiError{Status: http.StatusRequestEntityTooLarge, Type: "BodyTooLarge", Msg: fmt.Sprintf("request body exceeds the limit of %d bytes (http.max-body-bytes / http.max-document-bytes)", limit)}
+	}
+	return b, nil
+}
+
+// decodeJSON strictly decodes a JSON request body into v.
+func decodeJSON(b []byte, v any) error {
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return badRequest("malformed JSON body: %v", err)
+	}
+	if dec.More() {
+		return badRequest("malformed JSON body: trailing data after the JSON value")
+	}
+	return nil
+}

@@ -1,0 +1,155 @@
+package node
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/shardnode/shardnode/raftfsm"
+)
+
+func (n *Node) handleHealth(w http.ResponseWriter, r *http.Request) {
+	leader, _ := n.raft.r.LeaderWithID()
+	status := http.StatusOK
+	if leader == "" {
+		status = http.StatusServiceUnavailable
+	}
+	writeJSON(w, status, map[string]any{
+		"Status":   http.StatusText(status),
+		"Node":     n.cfg.Node.Tag,
+		"Leader":   leader != "",
+		"Raft":     n.raft.r.State().String(),
+		"Nats":     n.bus.nc.Status().String(),
+		"UptimeMs": time.Since(n.started).Milliseconds(),
+	})
+}
+
+// clusterNode is one entry of GET /cluster.
+type clusterNode struct {
+	Tag      string `json:"Tag"`
+	HttpUrl  string `json:"HttpUrl"`
+	RaftAddr string `json:"RaftAddr"`
+	Status   string `json:"Status"`
+	Voter    bool   `json:"Voter"`
+}
+
+func (n *Node) handleCluster(w http.ResponseWriter, r *http.Request) {
+	_, leaderID := n.raft.r.LeaderWithID()
+	voters := map[string]bool{}
+	if f := n.raft.r.GetConfiguration(); f.Error() == nil {
+		for _, s := range f.Configuration().Servers {
+			voters[string(s.ID)] = s.Suffrage == raft.Voter
+		}
+	}
+	out := struct {
+		Leader string        `json:"Leader"`
+		Term   uint64        `json:"Term"`
+		Nodes  []clusterNode `json:"Nodes"`
+	}{Leader: string(leaderID), Nodes: []clusterNode{}}
+	out.Term, _ = strconv.ParseUint(n.raft.r.Stats()["term"], 10, 64)
+	for _, m := range n.fsm.Nodes() {
+		status := "Up"
+		if m.Tag != n.cfg.Node.Tag && leaderID == "" {
+			status = "Unknown"
+		}
+		out.Nodes = append(out.Nodes, clusterNode{Tag: m.Tag, HttpUrl: m.HttpUrl, RaftAddr: m.RaftAddr, Status: status, Voter: voters[m.Tag]})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// handleTopology answers RavenDB clients' GET /topology?name={db}: the
+// nodes a client may send that database's requests to.
+func (n *Node) handleTopology(w http.ResponseWriter, r *http.Request) {
+	name := r.URL.Query().Get("name")
+	t, err := n.resolve(name)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	type topoNode struct {
+		Url        string `json:"Url"`
+		ClusterTag string `json:"ClusterTag"`
+		Database   string `json:"Database"`
+		ServerRole string `json:"ServerRole"`
+	}
+	nodes := []topoNode{}
+	for _, m := range n.fsm.Nodes() {
+		nodes = append(nodes, topoNode{Url: m.HttpUrl, ClusterTag: m.Tag, Database: t.rec.DatabaseName, ServerRole: "Member"})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"Nodes": nodes, "Etag": t.rec.Etag})
+}
+
+func (n *Node) handleListDatabases(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"Databases": n.fsm.Databases()})
+}
+
+// createDatabaseRequest is PUT /admin/databases/{db}'s body.
+type createDatabaseRequest struct {
+	Shards            int `json:"Shards"`
+	ReplicationFactor int `json:"ReplicationFactor"`
+}
+
+func (n *Node) handleCreateDatabase(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("db")
+	body, err := readBody(r, 64<<10)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	req := createDatabaseRequest{Shards: 1, ReplicationFactor: 1}
+	if len(body) > 0 {
+		if err := decodeJSON(body, &req); err != nil {
+			writeError(w, err)
+			return
+		}
+	}
+	cmd := &raftfsm.CreateDatabase{Meta: raftfsm.Meta{RequestID: r.Header.Get("Request-Id"), At: time.Now().UTC()}, Name: name, Shards: req.Shards, ReplicationFactor: req.ReplicationFactor}
+	if err := raftfsm.ValidateCreate(cmd); err != nil {
+		writeError(w, err)
+		return
+	}
+	res, err := n.propose(r.Context(), cmd)
+	if err == nil {
+		err = res.Err
+	}
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	rec, _ := n.fsm.Database(name)
+	n.logger.Info("created database", "db", name, "shards", req.Shards, "replication_factor", req.ReplicationFactor)
+	writeJSON(w, http.StatusCreated, rec)
+}
+
+func (n *Node) handleGetDatabase(w http.ResponseWriter, r *http.Request) {
+	t, err := n.resolve(r.PathValue("db"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, t.rec)
+}
+
+func (n *Node) handleDeleteDatabase(w http.ResponseWriter, r *http.Request) {
+	t, err := n.resolve(r.PathValue("db"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if t.shard >= 0 {
+		writeError(w, badRequest("delete a whole database, not one shard (%q)", r.PathValue("db")))
+		return
+	}
+	res, err := n.propose(r.Context(), &raftfsm.DeleteDatabase{Meta: raftfsm.Meta{RequestID: r.Header.Get("Request-Id"), At: time.Now().UTC()}, Name: t.rec.DatabaseName})
+	if err == nil {
+		err = res.Err
+	}
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	n.logger.Info("deleted database", "db", t.rec.DatabaseName)
+	w.WriteHeader(http.StatusNoContent)
+}

@@ -1,0 +1,363 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/shardnode/shardnode/bucket"
+	"github.com/shardnode/shardnode/changevector"
+	"github.com/shardnode/shardnode/document"
+	"github.com/shardnode/shardnode/storage"
+)
+
+// maxIDsPerGet bounds the ids of one GET /docs.
+const maxIDsPerGet = 1024
+
+func validateID(id string) error {
+	if err := bucket.ValidateID(id); err != nil {
+		return badRequest("document id %q: %v", id, err)
+	}
+	return nil
+}
+
+// ifMatch reads the If-Match header (RavenDB clients quote it) and checks
+// that it parses.
+func ifMatch(r *http.Request) (string, error) {
+	v := strings.Trim(strings.TrimSpace(r.Header.Get("If-Match")), `"`)
+	if v == "" {
+		return "", nil
+	}
+	if _, err := changevector.Parse(v); err != nil {
+		return "", badRequest("If-Match: %v", err)
+	}
+	return v, nil
+}
+
+// shardFor picks the shard that serves id for target t.
+func shardFor(t target, id string) (uint32, int) {
+	b := bucket.ForID(id)
+	if t.shard >= 0 {
+		return b, t.shard
+	}
+	return b, t.rec.ShardOf(b)
+}
+
+// storeFor returns the replica that serves shard for target t: the local
+// replica itself for "{db}${n}", else a routed replica.
+func (n *Node) storeFor(t target, shard int) (*storage.Store, error) {
+	if t.shard >= 0 {
+		return n.localReplica(t)
+	}
+	return n.shardStore(t.rec, shard)
+}
+
+func (n *Node) handleGetDocs(w http.ResponseWriter, r *http.Request) {
+	t, err := n.resolve(r.PathValue("db"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	ids := r.URL.Query()["id"]
+	if len(ids) == 0 {
+		writeError(w, badRequest("give at least one id: ?id=ID (repeatable)"))
+		return
+	}
+	if len(ids) > maxIDsPerGet {
+		writeError(w, badRequest("%d ids asked for; at most %d per request", len(ids), maxIDsPerGet))
+		return
+	}
+	for _, id := range ids {
+		if err := validateID(id); err != nil {
+			writeError(w, err)
+			return
+		}
+	}
+	out := make([]byte, 0, 1024)
+	out = append(out, `{"Results":[`...)
+	for i, id := range ids {
+		b, shard := shardFor(t, id)
+		s, err := n.storeFor(t, shard)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		d, err := s.Get(id)
+		if i > 0 {
+			out = append(out, ',')
+		}
+		switch {
+		case errors.Is(err, storage.ErrNotFound):
+			if len(ids) == 1 {
+				writeError(w, notFound("DocumentDoesNotExist", "document %q does not exist", id))
+				return
+			}
+			out = append(out, "null"...)
+		case err != nil:
+			writeError(w, err)
+			return
+		default:
+			out = renderDoc(out, d, b, shard)
+		}
+	}
+	out = append(out, `],"Includes":{}}`...)
+	writeRaw(w, http.StatusOK, out)
+}
+
+func renderDoc(dst []byte, d *storage.Document, b uint32, shard int) []byte {
+	return document.Render(dst, d.Body, document.Metadata{ID: d.ID, Collection: d.Collection, ChangeVector: d.ChangeVector, LastModified: d.LastModified, Bucket: b, Shard: shard})
+}
+
+func (n *Node) handlePutDoc(w http.ResponseWriter, r *http.Request) {
+	t, err := n.resolve(r.PathValue("db"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if t.shard >= 0 {
+		writeError(w, badRequest("write through the database %q, not one shard replica", t.rec.DatabaseName))
+		return
+	}
+	id := r.URL.Query().Get("id")
+	if err := validateID(id); err != nil {
+		writeError(w, err)
+		return
+	}
+	im, err := ifMatch(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	raw, err := readBody(r, n.cfg.HTTP.MaxDocumentBytes)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	p, err := document.Parse(raw)
+	if err != nil {
+		writeError(w, badRequest("document %q: %v", id, err))
+		return
+	}
+	res, err := n.writeOps(r.Context(), t, []storage.Op{{Kind: storage.OpPut, ID: id, Collection: p.Collection, Body: p.Body, IfMatch: im}})
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, map[string]string{"Id": id, "ChangeVector": res[0].ChangeVector})
+}
+
+func (n *Node) handleDeleteDoc(w http.ResponseWriter, r *http.Request) {
+	t, err := n.resolve(r.PathValue("db"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if t.shard >= 0 {
+		writeError(w, badRequest("write through the database %q, not one shard replica", t.rec.DatabaseName))
+		return
+	}
+	id := r.URL.Query().Get("id")
+	if err := validateID(id); err != nil {
+		writeError(w, err)
+		return
+	}
+	im, err := ifMatch(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if _, err := n.writeOps(r.Context(), t, []storage.Op{{Kind: storage.OpDelete, ID: id, IfMatch: im}}); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// writeOps groups ops by shard and writes each group atomically on its
+// shard, shards in parallel; results come back in the ops' order. Groups on
+// different shards commit independently.
+func (n *Node) writeOps(ctx context.Context, t target, ops []storage.Op) ([]storage.Result, error) {
+	type group struct {
+		shard int
+		idx   []int
+		ops   []storage.Op
+	}
+	groups := map[int]*group{}
+	var order []*group
+	for i, op := range ops {
+		_, shard := shardFor(t, op.ID)
+		g, ok := groups[shard]
+		if !ok {
+			g = &group{shard: shard}
+			groups[shard] = g
+			order = append(order, g)
+		}
+		g.idx = append(g.idx, i)
+		g.ops = append(g.ops, op)
+	}
+	results := make([]storage.Result, len(ops))
+	errs := make([]error, len(order))
+	var wg sync.WaitGroup
+	for gi, g := range order {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s, err := n.storeFor(t, g.shard)
+			if err != nil {
+				errs[gi] = err
+				return
+			}
+			res, err := s.Write(ctx, g.ops)
+			if err != nil {
+				errs[gi] = fmt.Errorf("shard %d: %w", g.shard, err)
+				return
+			}
+			for k, i := range g.idx {
+				results[i] = res[k]
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		for _, e := range errs {
+			if e != nil {
+				return nil, wrapFirst(e, err)
+			}
+		}
+	}
+	return results, nil
+}
+
+// wrapFirst keeps the first error's type (for the status) with every
+// shard's message.
+func wrapFirst(first, all error) error {
+	if first == all {
+		return first
+	}
+	ae := toAPIError(first)
+	return &apiError{Status: ae.Status, Type: ae.Type, Msg: all.Error()}
+}
+
+// bulkCommand is one entry of POST /bulk_docs.
+type bulkCommand struct {
+	Type         string          `json:"Type"`
+	ID           string          `json:"Id"`
+	Document     json.RawMessage `json:"Document"`
+	ChangeVector *string         `json:"ChangeVector"`
+}
+
+// maxBulkCommands bounds one bulk_docs request.
+const maxBulkCommands = 100000
+
+func (n *Node) handleBulkDocs(w http.ResponseWriter, r *http.Request) {
+	t, err := n.resolve(r.PathValue("db"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if t.shard >= 0 {
+		writeError(w, badRequest("write through the database %q, not one shard replica", t.rec.DatabaseName))
+		return
+	}
+	raw, err := readBody(r, n.cfg.HTTP.MaxBodyBytes)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var req struct {
+		Commands []bulkCommand `json:"Commands"`
+	}
+	if err := json.Unmarshal(raw, &req); err != nil {
+		writeError(w, badRequest("malformed JSON body: %v", err))
+		return
+	}
+	if len(req.Commands) == 0 {
+		writeError(w, badRequest(`"Commands" is missing or empty`))
+		return
+	}
+	if len(req.Commands) > maxBulkCommands {
+		writeError(w, badRequest("%d commands; at most %d per request", len(req.Commands), maxBulkCommands))
+		return
+	}
+	ops, err := n.bulkOps(req.Commands)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	res, err := n.writeOps(r.Context(), t, ops)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	out := make([]byte, 0, 128*len(res))
+	out = append(out, `{"Results":[`...)
+	for i, rr := range res {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = appendBulkResult(out, rr)
+	}
+	out = append(out, "]}"...)
+	writeRaw(w, http.StatusCreated, out)
+}
+
+// bulkOps validates every command before anything is written: one bad
+// command refuses the whole batch.
+func (n *Node) bulkOps(cmds []bulkCommand) ([]storage.Op, error) {
+	ops := make([]storage.Op, len(cmds))
+	for i, c := range cmds {
+		if err := validateID(c.ID); err != nil {
+			return nil, badRequest("command %d: %v", i, err)
+		}
+		op := storage.Op{ID: c.ID}
+		if c.ChangeVector != nil && *c.ChangeVector != "" {
+			if _, err := changevector.Parse(*c.ChangeVector); err != nil {
+				return nil, badRequest("command %d (%q): ChangeVector: %v", i, c.ID, err)
+			}
+			op.IfMatch = *c.ChangeVector
+		}
+		switch strings.ToUpper(c.Type) {
+		case "PUT":
+			if int64(len(c.Document)) > n.cfg.HTTP.MaxDocumentBytes {
+				return nil, badRequest("command %d (%q): document of %d bytes exceeds http.max-document-bytes (%d)", i, c.ID, len(c.Document), n.cfg.HTTP.MaxDocumentBytes)
+			}
+			p, err := document.Parse(c.Document)
+			if err != nil {
+				return nil, badRequest("command %d (%q): Document: %v", i, c.ID, err)
+			}
+			op.Kind, op.Collection, op.Body = storage.OpPut, p.Collection, p.Body
+		case "DELETE":
+			op.Kind = storage.OpDelete
+		default:
+			return nil, badRequest("command %d (%q): Type %q: must be PUT or DELETE", i, c.ID, c.Type)
+		}
+		ops[i] = op
+	}
+	return ops, nil
+}
+
+func appendBulkResult(out []byte, r storage.Result) []byte {
+	if r.Kind == storage.OpDelete {
+		b, _ := json.Marshal(struct {
+			Type    string `json:"Type"`
+			ID      string `json:"Id"`
+			Deleted bool   `json:"Deleted"`
+		}{"DELETE", r.ID, r.Deleted})
+		return append(out, b...)
+	}
+	b, _ := json.Marshal(struct {
+		Type         string `json:"Type"`
+		ID           string `json:"@id"`
+		Collection   string `json:"@collection"`
+		ChangeVector string `json:"@change-vector"`
+		LastModified string `json:"@last-modified"`
+	}{"PUT", r.ID, r.Collection, r.ChangeVector, r.LastModified.Format(document.TimeFormat)})
+	return append(out, b...)
+}
+
+var _ = time.Now

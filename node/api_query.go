@@ -1,0 +1,149 @@
+package node
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/shardnode/shardnode/rql"
+	"github.com/shardnode/shardnode/storage"
+)
+
+// queryRequest is POST /queries' body (RavenDB's IndexQuery shape).
+type queryRequest struct {
+	Query           string         `json:"Query"`
+	QueryParameters map[string]any `json:"QueryParameters"`
+}
+
+// queryHit is one matching document.
+type queryHit struct {
+	doc   *storage.Document
+	m     map[string]any
+	shard int
+}
+
+func (n *Node) handleQuery(w http.ResponseWriter, r *http.Request) {
+	t, err := n.resolve(r.PathValue("db"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var req queryRequest
+	if r.Method == http.MethodGet {
+		req.Query = r.URL.Query().Get("query")
+	} else {
+		body, err := readBody(r, 1<<20)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		dec := json.NewDecoder(strings.NewReader(string(body)))
+		dec.UseNumber()
+		if err := dec.Decode(&req); err != nil {
+			writeError(w, badRequest("malformed JSON body: %v", err))
+			return
+		}
+	}
+	q, err := rql.Parse(req.Query, req.QueryParameters)
+	if err != nil {
+		var pe *rql.ParseError
+		if errors.As(err, &pe) {
+			writeJSON(w, http.StatusBadRequest, map[string]any{"Error": pe.Error(), "Type": "InvalidQuery", "Position": pe.Pos})
+			return
+		}
+		writeError(w, badRequest("%v", err))
+		return
+	}
+	shards := t.rec.ShardNumbers()
+	if t.shard >= 0 {
+		shards = []int{t.shard}
+	}
+	perShard := make([][]queryHit, len(shards))
+	errs := make([]error, len(shards))
+	var wg sync.WaitGroup
+	for i, shard := range shards {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			perShard[i], errs[i] = n.queryShard(t, shard, q)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		writeError(w, err)
+		return
+	}
+	var hits []queryHit
+	for _, h := range perShard {
+		hits = append(hits, h...)
+	}
+	sort.SliceStable(hits, func(i, j int) bool {
+		if c := q.Compare(hits[i].m, hits[j].m); c != 0 {
+			return c < 0
+		}
+		return hits[i].doc.ID < hits[j].doc.ID
+	})
+	total := len(hits)
+	if q.Offset > 0 {
+		hits = hits[min(q.Offset, len(hits)):]
+	}
+	if q.Limit >= 0 && q.Limit < len(hits) {
+		hits = hits[:q.Limit]
+	}
+	out := make([]byte, 0, 256*len(hits)+64)
+	out = append(out, `{"Results":[`...)
+	for i, h := range hits {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = renderDoc(out, h.doc, h.doc.Bucket, h.shard)
+	}
+	out = append(out, `],"TotalResults":`...)
+	out = appendInt(out, total)
+	out = append(out, `,"SkippedResults":0,"Includes":{}}`...)
+	writeRaw(w, http.StatusOK, out)
+}
+
+// queryShard scans one shard's replica for matches. Through the database
+// (not "{db}${n}"), a shard answers only for the buckets it owns, so a
+// document that exists on two shards while its bucket moves is counted
+// once.
+func (n *Node) queryShard(t target, shard int, q *rql.Query) ([]queryHit, error) {
+	s, err := n.storeFor(t, shard)
+	if err != nil {
+		return nil, err
+	}
+	ownerOnly := t.shard < 0
+	var hits []queryHit
+	var derr error
+	err = s.Scan(func(d *storage.Document) bool {
+		if !q.AllDocs && !strings.EqualFold(d.Collection, q.Collection) {
+			return true
+		}
+		if ownerOnly && t.rec.ShardOf(d.Bucket) != shard {
+			return true
+		}
+		var m map[string]any
+		if err := json.Unmarshal(d.Body, &m); err != nil {
+			derr = err
+			return false
+		}
+		m["@metadata"] = map[string]any{"@id": d.ID, "@collection": d.Collection, "@change-vector": d.ChangeVector}
+		if q.Matches(m) {
+			hits = append(hits, queryHit{doc: d, m: m, shard: shard})
+		}
+		return true
+	})
+	if err == nil {
+		err = derr
+	}
+	return hits, err
+}
+
+func appendInt(b []byte, v int) []byte {
+	out, _ := json.Marshal(v)
+	return append(b, out...)
+}

@@ -1,0 +1,238 @@
+// Package node runs one shardnode process: raft (the cluster state), the
+// NATS bus (embedded or external), the shard replicas this node holds, and
+// the HTTP API that serves any database and routes each request by bucket.
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/shardnode/shardnode/config"
+	"github.com/shardnode/shardnode/raftfsm"
+)
+
+// Node is one running shardnode process.
+type Node struct {
+	cfg    *config.Config
+	logger *slog.Logger
+
+	fsm      *raftfsm.FSM
+	raft     *raftNode
+	bus      *bus
+	cache    *pebble.Cache
+	replicas *replicaSet
+
+	httpLn  net.Listener
+	httpSrv *http.Server
+
+	started time.Time
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	closeMu sync.Mutex
+	closed  bool
+}
+
+// Start starts a node from cfg and returns once it serves HTTP. The node
+// runs until Close.
+func Start(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Node, err error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	logger = logger.With("node", cfg.Node.Tag)
+	n := &Node{cfg: cfg, logger: logger, fsm: raftfsm.New(), started: time.Now()}
+	runCtx, cancel := context.WithCancel(context.Background())
+	n.cancel = cancel
+	defer func() {
+		if err != nil {
+			n.Close()
+		}
+	}()
+	n.cache = pebble.NewCache(256 << 20)
+	n.replicas = newReplicaSet(cfg.DatabasesDir(), cfg.Node.Tag, n.cache, logger)
+	if n.bus, err = startBus(cfg); err != nil {
+		return nil, err
+	}
+	n.httpLn, err = net.Listen("tcp", cfg.HTTP.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("http.addr %s: %w", cfg.HTTP.Addr, err)
+	}
+	bootstrap := cfg.Raft.Bootstrap && cfg.Raft.Join == ""
+	if n.raft, err = startRaft(cfg.RaftDir(), cfg.Node.Tag, cfg.Raft.Addr, bootstrap, n.fsm, logger); err != nil {
+		return nil, err
+	}
+	n.wg.Add(2)
+	go n.followRecords(runCtx)
+	go n.leaderLoop(runCtx)
+	n.httpSrv = &http.Server{Handler: n.routes(), ReadHeaderTimeout: 10 * time.Second}
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		if err := n.httpSrv.Serve(n.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error("http server stopped", "err", err)
+		}
+	}()
+	if cfg.Raft.Join == "" {
+		wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+		defer wcancel()
+		if err := n.raft.waitLeader(wctx); err != nil {
+			return nil, err
+		}
+		if err := n.waitRegistered(wctx); err != nil {
+			return nil, err
+		}
+	}
+	logger.Info("node started", "http", n.HTTPAddr(), "raft", n.raft.transport.LocalAddr(), "nats", n.bus.clientURL())
+	return n, nil
+}
+
+// HTTPAddr is the address the HTTP API listens on.
+func (n *Node) HTTPAddr() string { return n.httpLn.Addr().String() }
+
+// HTTPURL is the base URL of the HTTP API.
+func (n *Node) HTTPURL() string { return "http://" + n.HTTPAddr() }
+
+// Tag is the node's tag.
+func (n *Node) Tag() string { return n.cfg.Node.Tag }
+
+// FSM exposes the replicated state (read-only use).
+func (n *Node) FSM() *raftfsm.FSM { return n.fsm }
+
+// Close stops the node: HTTP first (no new work), then the workers, raft,
+// the replicas and the bus.
+func (n *Node) Close() error {
+	n.closeMu.Lock()
+	defer n.closeMu.Unlock()
+	if n.closed {
+		return nil
+	}
+	n.closed = true
+	var errs []error
+	if n.httpSrv != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := n.httpSrv.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("http shutdown: %w", err))
+		}
+		cancel()
+	} else if n.httpLn != nil {
+		n.httpLn.Close()
+	}
+	n.cancel()
+	n.wg.Wait()
+	if n.raft != nil {
+		if err := n.raft.close(); err != nil {
+			errs = append(errs, fmt.Errorf("raft: %w", err))
+		}
+	}
+	if n.replicas != nil {
+		if err := n.replicas.closeAll(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if n.bus != nil {
+		n.bus.close()
+	}
+	if n.cache != nil {
+		n.cache.Unref()
+	}
+	n.logger.Info("node stopped")
+	return errors.Join(errs...)
+}
+
+// followRecords keeps the local replicas in step with the records.
+func (n *Node) followRecords(ctx context.Context) {
+	defer n.wg.Done()
+	ch, stop := n.fsm.Watch()
+	defer stop()
+	index := n.fsm.AppliedIndex()
+	for {
+		if err := n.replicas.reconcile(index, n.fsm.Databases()); err != nil {
+			n.logger.Error("reconcile shard replicas", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case index = <-ch:
+		}
+	}
+}
+
+// leaderLoop registers this node in the state whenever it becomes leader
+// (after a Barrier, so it acts on the whole log).
+func (n *Node) leaderLoop(ctx context.Context) {
+	defer n.wg.Done()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case isLeader := <-n.raft.leaderCh:
+			if !isLeader {
+				continue
+			}
+			if err := n.raft.r.Barrier(10 * time.Second).Error(); err != nil {
+				n.logger.Warn("barrier after election", "err", err)
+				continue
+			}
+			n.logger.Info("became raft leader")
+			if err := n.registerSelf(ctx); err != nil {
+				n.logger.Warn("register node", "err", err)
+			}
+		}
+	}
+}
+
+func (n *Node) selfInfo() raftfsm.NodeInfo {
+	return raftfsm.NodeInfo{Tag: n.cfg.Node.Tag, HttpUrl: n.HTTPURL(), RaftAddr: string(n.raft.transport.LocalAddr()), NatsUrl: n.bus.clientURL()}
+}
+
+func (n *Node) registerSelf(ctx context.Context) error {
+	self := n.selfInfo()
+	for _, m := range n.fsm.Nodes() {
+		if m.Tag == self.Tag && m.HttpUrl == self.HttpUrl && m.RaftAddr == self.RaftAddr && m.NatsUrl == self.NatsUrl {
+			return nil
+		}
+	}
+	res, err := n.raft.propose(ctx, &raftfsm.AddNode{Meta: raftfsm.Meta{At: time.Now().UTC()}, Node: self})
+	if err != nil {
+		return err
+	}
+	return res.Err
+}
+
+// waitRegistered waits until the state lists this node.
+func (n *Node) waitRegistered(ctx context.Context) error {
+	ch, stop := n.fsm.Watch()
+	defer stop()
+	for {
+		for _, m := range n.fsm.Nodes() {
+			if m.Tag == n.cfg.Node.Tag {
+				return nil
+			}
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("wait for node %s to register: %w", n.cfg.Node.Tag, ctx.Err())
+		}
+	}
+}
+
+// propose runs a command through raft and waits until this node's replicas
+// reflect it.
+func (n *Node) propose(ctx context.Context, cmd raftfsm.Command) (raftfsm.Result, error) {
+	res, err := n.raft.propose(ctx, cmd)
+	if err != nil {
+		return res, err
+	}
+	if err := n.replicas.waitFor(ctx, n.fsm.AppliedIndex()); err != nil {
+		return res, err
+	}
+	return res, nil
+}
