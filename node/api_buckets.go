@@ -115,17 +115,17 @@ func (n *Node) handleBucketsReport(w http.ResponseWriter, r *http.Request) {
 	if uint64(groups) > span {
 		groups = int(span)
 	}
+	// Groups split the range like an even shard split: equal widths, the
+	// remainder to the last group.
 	out := make([]reportGroup, groups)
 	width := span / uint64(groups)
-	extra := span % uint64(groups)
-	start := uint64(from)
 	for i := range out {
-		w := width
-		if uint64(i) < extra {
-			w++
+		start := uint64(from) + uint64(i)*width
+		end := start + width - 1
+		if i == groups-1 {
+			end = uint64(to)
 		}
-		out[i] = reportGroup{From: uint32(start), To: uint32(start + w - 1), Shards: ownersOf(t, uint32(start), uint32(start+w-1))}
-		start += w
+		out[i] = reportGroup{From: uint32(start), To: uint32(end), Shards: ownersOf(t, uint32(start), uint32(end))}
 	}
 	shards := t.rec.ShardNumbers()
 	if t.shard >= 0 {

@@ -88,6 +88,9 @@ func Start(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Nod
 		if err := n.waitRegistered(wctx); err != nil {
 			return nil, err
 		}
+		if err := n.waitCaughtUp(wctx); err != nil {
+			return nil, err
+		}
 	}
 	logger.Info("node started", "http", n.HTTPAddr(), "raft", n.raft.transport.LocalAddr(), "nats", n.bus.clientURL())
 	return n, nil
@@ -220,6 +223,24 @@ func (n *Node) waitRegistered(ctx context.Context) error {
 		case <-ch:
 		case <-ctx.Done():
 			return fmt.Errorf("wait for node %s to register: %w", n.cfg.Node.Tag, ctx.Err())
+		}
+	}
+}
+
+// waitCaughtUp waits until this node applied every committed raft entry
+// and its replicas follow the resulting records, so a restarted node serves
+// its databases as soon as Start returns.
+func (n *Node) waitCaughtUp(ctx context.Context) error {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if c := n.raft.r.CommitIndex(); c > 0 && n.raft.r.AppliedIndex() >= c {
+			return n.replicas.waitFor(ctx, n.fsm.AppliedIndex())
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for raft log replay: %w", ctx.Err())
+		case <-t.C:
 		}
 	}
 }

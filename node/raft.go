@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"time"
@@ -37,11 +36,9 @@ func startRaft(dir, tag, addr string, bootstrap bool, fsm *raftfsm.FSM, logger *
 		return nil, fmt.Errorf("raft dir: %w", err)
 	}
 	hl := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, DisableTime: true, Output: slogWriter{logger.With("component", "raft")}})
-	tcpAddr, err := net.ResolveTCPAddr("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("raft.addr %q: %w", addr, err)
-	}
-	transport, err := raft.NewTCPTransportWithLogger(addr, tcpAddr, 8, 10*time.Second, hl)
+	// No separate advertise address: the listener's own (with the real port
+	// when raft.addr asks for port 0) is what peers dial.
+	transport, err := raft.NewTCPTransportWithLogger(addr, nil, 8, 10*time.Second, hl)
 	if err != nil {
 		return nil, fmt.Errorf("raft transport on %s: %w", addr, err)
 	}

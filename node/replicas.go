@@ -87,14 +87,20 @@ func (rs *replicaSet) reconcile(index uint64, records []*raftfsm.DatabaseRecord)
 	}
 	rs.mu.Unlock()
 	// Remove what no record asks for (databases deleted while we were down).
+	// A directory created at a raft index beyond the one being reconciled
+	// belongs to the future of a log still replaying: keep it.
 	byDB := map[string]*raftfsm.DatabaseRecord{}
 	for _, r := range records {
 		byDB[r.DatabaseName] = r
 	}
 	entries, _ := os.ReadDir(rs.dir)
 	for _, e := range entries {
+		created, ok := rs.readMarker(e.Name())
+		if ok && created > index {
+			continue
+		}
 		r, ok := byDB[e.Name()]
-		if !ok || !rs.markerMatches(r) {
+		if !ok || r.CreatedIndex != created {
 			rs.mu.Lock()
 			for k, s := range rs.stores {
 				if k.db == e.Name() {
@@ -111,6 +117,9 @@ func (rs *replicaSet) reconcile(index uint64, records []*raftfsm.DatabaseRecord)
 	for k, r := range want {
 		if _, ok := rs.get(k.db, k.shard); ok {
 			continue
+		}
+		if created, ok := rs.readMarker(k.db); ok && created > index {
+			continue // a later incarnation's data: the replay will get there
 		}
 		if err := rs.writeMarker(r); err != nil {
 			errs = append(errs, err)
@@ -134,9 +143,19 @@ func (rs *replicaSet) reconcile(index uint64, records []*raftfsm.DatabaseRecord)
 	return errors.Join(errs...)
 }
 
+// readMarker returns the creation index recorded in db's directory.
+func (rs *replicaSet) readMarker(db string) (uint64, bool) {
+	b, err := os.ReadFile(filepath.Join(rs.dir, db, markerName))
+	if err != nil {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	return v, err == nil
+}
+
 func (rs *replicaSet) markerMatches(r *raftfsm.DatabaseRecord) bool {
-	b, err := os.ReadFile(filepath.Join(rs.dir, r.DatabaseName, markerName))
-	return err == nil && strings.TrimSpace(string(b)) == strconv.FormatUint(r.CreatedIndex, 10)
+	v, ok := rs.readMarker(r.DatabaseName)
+	return ok && v == r.CreatedIndex
 }
 
 func (rs *replicaSet) writeMarker(r *raftfsm.DatabaseRecord) error {

