@@ -8,11 +8,17 @@ import (
 // Key space of one replica. The first byte names the family; families sort
 // in this order, which keeps every family a contiguous range.
 const (
-	prefixMeta    byte = 0x01 // meta/<name> → value
-	prefixItem    byte = 0x02 // item/<bucket BE32><lower id> → encoded item
-	prefixEtag    byte = 0x03 // etag/<etag BE64> → <bucket BE32><lower id>
-	prefixBktStat byte = 0x04 // bucketstat/<bucket BE32> → encoded bucket stats
+	prefixMeta     byte = 0x01 // meta/<name> → value
+	prefixItem     byte = 0x02 // item/<bucket BE32><lower id> → encoded item
+	prefixEtag     byte = 0x03 // etag/<etag BE64> → <bucket BE32><lower id>
+	prefixBktStat  byte = 0x04 // bucketstat/<bucket BE32> → encoded bucket stats
+	prefixConflict byte = 0x05 // conflict/<bucket BE32><lower id>\x00<etag BE64> → JSON Conflict
 )
+
+// progressKey holds how far another replica's feed was applied here.
+func progressKey(source string) []byte {
+	return append([]byte{prefixMeta, 'r', 'e', 'p', 'l', '/'}, source...)
+}
 
 var (
 	metaDatabaseID = []byte{prefixMeta, 'd', 'b', 'i', 'd'}

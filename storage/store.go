@@ -54,6 +54,7 @@ type Store struct {
 	lastEtag uint64
 	counters counters
 	closed   bool
+	changed  chan struct{} // closed and replaced after each commit
 }
 
 // counters are the replica-wide figures kept in one meta key.
@@ -79,7 +80,7 @@ func Open(opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", opts.Dir, err)
 	}
-	s := &Store{db: db, tag: opts.NodeTag, logger: logger, reqs: make(chan *writeReq, 1024), done: make(chan struct{})}
+	s := &Store{db: db, tag: opts.NodeTag, logger: logger, reqs: make(chan *writeReq, 1024), done: make(chan struct{}), changed: make(chan struct{})}
 	if err := s.load(); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("open store %s: %w", opts.Dir, err)
@@ -234,6 +235,14 @@ func (s *Store) Stats() Stats {
 		LastEtag:        s.lastEtag,
 		ChangeVector:    s.counters.CV.String(),
 	}
+}
+
+// Changed returns a channel closed at the next commit after the call: a
+// tailer reads its feed, then waits on it, without polling.
+func (s *Store) Changed() <-chan struct{} {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.changed
 }
 
 // LastEtag is the etag of the latest committed change.

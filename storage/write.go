@@ -2,6 +2,7 @@ package storage
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -20,6 +21,12 @@ const (
 	OpPut OpKind = iota + 1
 	// OpDelete deletes a document, leaving a tombstone.
 	OpDelete
+	// OpReplicate applies an item from another replica, decided by change
+	// vector: newer applies, equal or older is skipped, concurrent is a
+	// conflict resolved to the latest modification.
+	OpReplicate
+	// OpSetProgress records how far another replica's feed has been applied.
+	OpSetProgress
 )
 
 // Op is one write of a group.
@@ -35,6 +42,15 @@ type Op struct {
 	// IfMatch, when set, is the change vector the caller read; the write
 	// applies only if the stored version equals its version part.
 	IfMatch string
+	// ChangeVector, LastModified and Flags describe a replicated item
+	// (OpReplicate): it keeps the change vector it was written with.
+	ChangeVector string
+	LastModified time.Time
+	Flags        Flags
+	// Source and Etag record replication progress (OpSetProgress): this
+	// replica holds source's feed up to Etag.
+	Source string
+	Etag   uint64
 }
 
 // Result is the outcome of one Op.
@@ -55,6 +71,10 @@ type Result struct {
 	Bucket uint32
 	// Deleted reports, for a delete, whether a live document was deleted.
 	Deleted bool
+	// Skipped reports a replicated item this replica already held.
+	Skipped bool
+	// Conflict reports a replicated item concurrent with the local one.
+	Conflict bool
 }
 
 // ConcurrencyError means an If-Match change vector did not match.
@@ -149,13 +169,15 @@ type round struct {
 	s        *Store
 	items    map[string]*pendingItem
 	stats    map[uint32]*BucketStats
+	progress map[string]uint64
+	conflict []conflictEntry
 	etag     uint64
 	counters counters
 }
 
 func (s *Store) commitRound(reqs []*writeReq) {
 	s.mu.RLock()
-	r := &round{s: s, items: map[string]*pendingItem{}, stats: map[uint32]*BucketStats{}, etag: s.lastEtag, counters: s.counters}
+	r := &round{s: s, items: map[string]*pendingItem{}, stats: map[uint32]*BucketStats{}, progress: map[string]uint64{}, etag: s.lastEtag, counters: s.counters}
 	s.mu.RUnlock()
 	resps := make([]writeResp, len(reqs))
 	for i, req := range reqs {
@@ -166,6 +188,10 @@ func (s *Store) commitRound(reqs []*writeReq) {
 		s.mu.Lock()
 		s.lastEtag = r.etag
 		s.counters = r.counters
+		if len(r.items) > 0 || len(r.progress) > 0 {
+			close(s.changed)
+			s.changed = make(chan struct{})
+		}
 		s.mu.Unlock()
 	}
 	for i, req := range reqs {
@@ -179,7 +205,7 @@ func (s *Store) commitRound(reqs []*writeReq) {
 // applyGroup applies one caller's ops to the round, or nothing of them if
 // any fails.
 func (r *round) applyGroup(req *writeReq) writeResp {
-	g := &round{s: r.s, items: map[string]*pendingItem{}, stats: map[uint32]*BucketStats{}, etag: r.etag, counters: r.counters}
+	g := &round{s: r.s, items: map[string]*pendingItem{}, stats: map[uint32]*BucketStats{}, progress: map[string]uint64{}, etag: r.etag, counters: r.counters}
 	results := make([]Result, 0, len(req.ops))
 	for _, op := range req.ops {
 		res, err := g.apply(r, op, req.now)
@@ -194,6 +220,10 @@ func (r *round) applyGroup(req *writeReq) writeResp {
 	for k, v := range g.stats {
 		r.stats[k] = v
 	}
+	for k, v := range g.progress {
+		r.progress[k] = v
+	}
+	r.conflict = append(r.conflict, g.conflict...)
 	r.etag, r.counters = g.etag, g.counters
 	return writeResp{results: results}
 }
@@ -249,6 +279,33 @@ func (g *round) bucketStats(parent *round, b uint32) (*BucketStats, error) {
 }
 
 func (g *round) apply(parent *round, op Op, now time.Time) (Result, error) {
+	switch op.Kind {
+	case OpSetProgress:
+		if op.Etag > g.progressOf(parent, op.Source) {
+			g.progress[op.Source] = op.Etag
+		}
+		return Result{Kind: op.Kind, ID: op.Source, Etag: op.Etag}, nil
+	case OpReplicate:
+		return g.applyReplicated(parent, op)
+	case OpPut, OpDelete:
+		return g.applyLocal(parent, op, now)
+	default:
+		return Result{}, fmt.Errorf("op on %q: unknown kind %d", op.ID, op.Kind)
+	}
+}
+
+func (g *round) progressOf(parent *round, source string) uint64 {
+	if v, ok := g.progress[source]; ok {
+		return v
+	}
+	if v, ok := parent.progress[source]; ok {
+		return v
+	}
+	return g.s.ReplicationProgress(source)
+}
+
+// applyLocal applies a client write.
+func (g *round) applyLocal(parent *round, op Op, now time.Time) (Result, error) {
 	b := bucket.ForID(op.ID)
 	key := itemKey(b, op.ID)
 	cur, err := g.lookup(parent, key, b)
@@ -265,7 +322,6 @@ func (g *round) apply(parent *round, op Op, now time.Time) (Result, error) {
 	if op.Kind == OpDelete && !live {
 		return res, nil // nothing to delete: no tombstone, no etag
 	}
-	g.etag++
 	var prev changevector.ChangeVector
 	if cur.doc != nil {
 		prev, err = changevector.Parse(cur.doc.ChangeVector)
@@ -273,23 +329,92 @@ func (g *round) apply(parent *round, op Op, now time.Time) (Result, error) {
 			return Result{}, fmt.Errorf("stored change vector of %q: %w", op.ID, err)
 		}
 	}
+	g.etag++
 	cv := nextChangeVector(prev, g.s.tag, g.etag, g.s.dbid)
 	doc := &Document{ID: op.ID, ChangeVector: cv.String(), LastModified: now, Etag: g.etag, Bucket: b}
-	switch op.Kind {
-	case OpPut:
+	if op.Kind == OpPut {
 		doc.Collection, doc.Body = op.Collection, op.Body
-	case OpDelete:
+	} else {
 		doc.Flags = FlagDeleted
 		if cur.doc != nil {
 			doc.Collection = cur.doc.Collection
 		}
 		res.Deleted = true
-	default:
-		return Result{}, fmt.Errorf("op on %q: unknown kind %d", op.ID, op.Kind)
 	}
-	st, err := g.bucketStats(parent, b)
+	if err := g.store(parent, key, cur, doc, cv.Version); err != nil {
+		return Result{}, err
+	}
+	res.Collection, res.ChangeVector, res.LastModified, res.Etag = doc.Collection, doc.ChangeVector, now, doc.Etag
+	return res, nil
+}
+
+// applyReplicated decides a replicated item by version.
+func (g *round) applyReplicated(parent *round, op Op) (Result, error) {
+	in, err := changevector.Parse(op.ChangeVector)
+	if err != nil {
+		return Result{}, fmt.Errorf("replicated %q: %w", op.ID, err)
+	}
+	b := bucket.ForID(op.ID)
+	key := itemKey(b, op.ID)
+	cur, err := g.lookup(parent, key, b)
 	if err != nil {
 		return Result{}, err
+	}
+	res := Result{Kind: op.Kind, ID: op.ID, Bucket: b}
+	incoming := &Document{ID: op.ID, Collection: op.Collection, ChangeVector: in.String(), LastModified: op.LastModified.UTC(), Bucket: b, Flags: op.Flags &^ FlagArtificial, Body: op.Body}
+	if incoming.Deleted() {
+		incoming.Body = nil
+	}
+	doc, version := incoming, in.Version
+	if cur.doc != nil {
+		local, err := changevector.Parse(cur.doc.ChangeVector)
+		if err != nil {
+			return Result{}, fmt.Errorf("stored change vector of %q: %w", op.ID, err)
+		}
+		switch changevector.Compare(in.Version, local.Version) {
+		case changevector.Equal, changevector.Older:
+			res.Skipped, res.ChangeVector = true, cur.doc.ChangeVector
+			return res, nil
+		case changevector.Conflict:
+			// Both sides pick the same winner and store the merge of both
+			// vectors, which each side then sees as newer than its own: the
+			// replicas converge.
+			merged := local.Merge(in)
+			winner, loser := incoming, cur.doc
+			if wins(cur.doc, incoming) {
+				winner, loser = cur.doc, incoming
+			}
+			cp := *winner
+			cp.ChangeVector = merged.String()
+			doc, version = &cp, merged.Version
+			res.Conflict = true
+			g.conflict = append(g.conflict, conflictEntry{loser: loser, winnerCV: cp.ChangeVector})
+		}
+	}
+	g.etag++
+	doc.Etag = g.etag
+	if err := g.store(parent, key, cur, doc, version); err != nil {
+		return Result{}, err
+	}
+	res.Collection, res.ChangeVector, res.LastModified, res.Etag, res.Deleted = doc.Collection, doc.ChangeVector, doc.LastModified, doc.Etag, doc.Deleted()
+	return res, nil
+}
+
+// wins reports whether a beats b in a conflict: the later modification,
+// ties broken by the greater change vector text. Every replica computes
+// the same answer.
+func wins(a, b *Document) bool {
+	if !a.LastModified.Equal(b.LastModified) {
+		return a.LastModified.After(b.LastModified)
+	}
+	return a.ChangeVector > b.ChangeVector
+}
+
+// store puts doc in place of cur, keeping bucket and replica figures.
+func (g *round) store(parent *round, key []byte, cur *pendingItem, doc *Document, version changevector.Vector) error {
+	st, err := g.bucketStats(parent, doc.Bucket)
+	if err != nil {
+		return err
 	}
 	val := doc.encode()
 	size := int64(len(key) + len(val))
@@ -313,13 +438,12 @@ func (g *round) apply(parent *round, op Op, now time.Time) (Result, error) {
 	}
 	bcv, err := changevector.ParseVector(st.ChangeVector)
 	if err != nil {
-		return Result{}, fmt.Errorf("bucket %d change vector: %w", b, err)
+		return fmt.Errorf("bucket %d change vector: %w", doc.Bucket, err)
 	}
-	st.ChangeVector = changevector.Merge(bcv, cv.Version).String()
-	g.counters.CV = changevector.Merge(g.counters.CV, cv.Version)
+	st.ChangeVector = changevector.Merge(bcv, version).String()
+	g.counters.CV = changevector.Merge(g.counters.CV, version)
 	g.items[string(key)] = &pendingItem{key: key, doc: doc, val: val, size: size, committed: cur.committed}
-	res.Collection, res.ChangeVector, res.LastModified, res.Etag = doc.Collection, doc.ChangeVector, now, doc.Etag
-	return res, nil
+	return nil
 }
 
 // checkIfMatch compares version parts, so a change vector read before a
@@ -355,7 +479,7 @@ func nextChangeVector(prev changevector.ChangeVector, tag string, etag uint64, d
 
 // commit writes the round's final state in one synced batch.
 func (r *round) commit() error {
-	if len(r.items) == 0 {
+	if len(r.items) == 0 && len(r.progress) == 0 {
 		return nil
 	}
 	b := r.s.db.NewBatch()
@@ -381,6 +505,16 @@ func (r *round) commit() error {
 	}
 	for bk, st := range r.stats {
 		if err := b.Set(bucketStatKey(bk), st.encode(), nil); err != nil {
+			return err
+		}
+	}
+	for src, etag := range r.progress {
+		if err := b.Set(progressKey(src), binary.BigEndian.AppendUint64(nil, etag), nil); err != nil {
+			return err
+		}
+	}
+	for _, c := range r.conflict {
+		if err := b.Set(conflictKey(c.loser.Bucket, c.loser.ID, r.etag), c.encode(), nil); err != nil {
 			return err
 		}
 	}
