@@ -110,11 +110,7 @@ func (n *Node) handleCreateDatabase(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	res, err := n.propose(r.Context(), cmd)
-	if err == nil {
-		err = res.Err
-	}
-	if err != nil {
+	if err := n.propose(r.Context(), cmd); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -142,11 +138,7 @@ func (n *Node) handleDeleteDatabase(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badRequest("delete a whole database, not one shard (%q)", r.PathValue("db")))
 		return
 	}
-	res, err := n.propose(r.Context(), &raftfsm.DeleteDatabase{Meta: raftfsm.Meta{RequestID: r.Header.Get("Request-Id"), At: time.Now().UTC()}, Name: t.rec.DatabaseName})
-	if err == nil {
-		err = res.Err
-	}
-	if err != nil {
+	if err := n.propose(r.Context(), &raftfsm.DeleteDatabase{Meta: raftfsm.Meta{RequestID: r.Header.Get("Request-Id"), At: time.Now().UTC()}, Name: t.rec.DatabaseName}); err != nil {
 		writeError(w, err)
 		return
 	}

@@ -1,9 +1,11 @@
 package node
 
 import (
+	"context"
 	"net/http"
 	"slices"
 	"strconv"
+	"sync"
 
 	"github.com/shardnode/shardnode/bucket"
 	"github.com/shardnode/shardnode/changevector"
@@ -15,7 +17,37 @@ const (
 	defaultReportGroups = 32
 	maxReportGroups     = 4096
 	maxBucketDocIDs     = 10000
+	maxConflicts        = 10000
 )
+
+// targetShards lists the shards a request covers.
+func targetShards(t target) []int {
+	if t.shard >= 0 {
+		return []int{t.shard}
+	}
+	return t.rec.ShardNumbers()
+}
+
+// eachShard runs fn for every shard of t in parallel, each on one replica.
+func (n *Node) eachShard(ctx context.Context, t target, fn func(shard int, rep shardReplica) error) error {
+	shards := targetShards(t)
+	errs := make([]error, len(shards))
+	var wg sync.WaitGroup
+	for i, sn := range shards {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = n.onShard(ctx, t, sn, true, func(rep shardReplica) error { return fn(sn, rep) })
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 func (n *Node) handleStats(w http.ResponseWriter, r *http.Request) {
 	t, err := n.resolve(r.PathValue("db"))
@@ -24,41 +56,55 @@ func (n *Node) handleStats(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if t.shard >= 0 {
-		s, err := n.localReplica(t)
+		err := n.onShard(r.Context(), t, t.shard, true, func(rep shardReplica) error {
+			st, err := rep.stats(r.Context())
+			if err != nil {
+				return err
+			}
+			writeJSON(w, http.StatusOK, map[string]any{
+				"DocumentsCount": st.DocumentsCount, "TombstonesCount": st.TombstonesCount,
+				"LastEtag": st.LastEtag, "ChangeVector": st.ChangeVector,
+				"DatabaseId": st.DatabaseID, "Shard": t.shard, "Node": st.Node, "Replication": st.Replication,
+			})
+			return nil
+		})
 		if err != nil {
 			writeError(w, err)
-			return
 		}
-		st := s.Stats()
-		writeJSON(w, http.StatusOK, map[string]any{
-			"DocumentsCount": st.DocumentsCount, "TombstonesCount": st.TombstonesCount,
-			"LastEtag": st.LastEtag, "ChangeVector": st.ChangeVector,
-			"DatabaseId": s.DatabaseID(), "Shard": t.shard, "Node": n.cfg.Node.Tag,
-		})
 		return
 	}
 	type shardStats struct {
 		Shard           int      `json:"Shard"`
 		Members         []string `json:"Members"`
+		ServedBy        string   `json:"ServedBy"`
 		DocumentsCount  int64    `json:"DocumentsCount"`
 		TombstonesCount int64    `json:"TombstonesCount"`
 		LastEtag        uint64   `json:"LastEtag"`
 		ChangeVector    string   `json:"ChangeVector"`
 	}
-	var total, tombs int64
-	shards := []shardStats{}
-	for _, sn := range t.rec.ShardNumbers() {
-		s, err := n.shardStore(t.rec, sn)
+	shards := targetShards(t)
+	out := make([]shardStats, len(shards))
+	var mu sync.Mutex
+	err = n.eachShard(r.Context(), t, func(sn int, rep shardReplica) error {
+		st, err := rep.stats(r.Context())
 		if err != nil {
-			writeError(w, err)
-			return
+			return err
 		}
-		st := s.Stats()
-		total += st.DocumentsCount
-		tombs += st.TombstonesCount
-		shards = append(shards, shardStats{sn, t.rec.Sharding.Shards[sn].Members, st.DocumentsCount, st.TombstonesCount, st.LastEtag, st.ChangeVector})
+		mu.Lock()
+		out[slices.Index(shards, sn)] = shardStats{sn, t.rec.Sharding.Shards[sn].Members, rep.node(), st.DocumentsCount, st.TombstonesCount, st.LastEtag, st.ChangeVector}
+		mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		writeError(w, err)
+		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"DocumentsCount": total, "TombstonesCount": tombs, "Shards": shards})
+	var total, tombs int64
+	for _, s := range out {
+		total += s.DocumentsCount
+		tombs += s.TombstonesCount
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"DocumentsCount": total, "TombstonesCount": tombs, "Shards": out})
 }
 
 // bucketParam parses a bucket number from the query or path.
@@ -127,18 +173,16 @@ func (n *Node) handleBucketsReport(w http.ResponseWriter, r *http.Request) {
 		}
 		out[i] = reportGroup{From: uint32(start), To: uint32(end), Shards: ownersOf(t, uint32(start), uint32(end))}
 	}
-	shards := t.rec.ShardNumbers()
-	if t.shard >= 0 {
-		shards = []int{t.shard}
-	}
-	for _, sn := range shards {
-		s, err := n.storeFor(t, sn)
+	var mu sync.Mutex
+	err = n.eachShard(r.Context(), t, func(sn int, rep shardReplica) error {
+		stats, err := rep.rangeStats(r.Context(), from, to)
 		if err != nil {
-			writeError(w, err)
-			return
+			return err
 		}
+		mu.Lock()
+		defer mu.Unlock()
 		gi := 0
-		err = s.RangeStats(from, to, func(st storage.BucketStats) error {
+		for _, st := range stats {
 			for out[gi].To < st.Bucket {
 				gi++
 			}
@@ -148,12 +192,12 @@ func (n *Node) handleBucketsReport(w http.ResponseWriter, r *http.Request) {
 				out[gi].Shards = append(out[gi].Shards, sn)
 				slices.Sort(out[gi].Shards)
 			}
-			return nil
-		})
-		if err != nil {
-			writeError(w, err)
-			return
 		}
+		return nil
+	})
+	if err != nil {
+		writeError(w, err)
+		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"From": from, "To": to, "Groups": out})
 }
@@ -163,7 +207,7 @@ func ownersOf(t target, from, to uint32) []int {
 	if t.shard >= 0 {
 		return []int{t.shard}
 	}
-	var out []int
+	out := []int{}
 	ranges := t.rec.Sharding.BucketRanges
 	for i := range ranges {
 		f, e := ranges.Span(i)
@@ -189,51 +233,41 @@ func (n *Node) handleBucket(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	shards := t.rec.ShardNumbers()
-	if t.shard >= 0 {
-		shards = []int{t.shard}
-	}
 	owners := ownersOf(t, b, b)
 	var docs, size int64
 	var cv changevector.Vector
 	ids := []string{}
-	for _, sn := range shards {
-		s, err := n.storeFor(t, sn)
+	var mu sync.Mutex
+	err = n.eachShard(r.Context(), t, func(sn int, rep shardReplica) error {
+		info, err := rep.bucket(r.Context(), b, maxBucketDocIDs)
 		if err != nil {
-			writeError(w, err)
-			return
+			return err
 		}
-		st, err := s.BucketStats(b)
-		if err != nil {
-			writeError(w, err)
-			return
-		}
+		st := info.Stats
 		if st.DocumentsCount+st.TombstonesCount == 0 {
-			continue
+			return nil
 		}
+		v, err := changevector.ParseVector(st.ChangeVector)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
 		if !slices.Contains(owners, sn) {
 			owners = append(owners, sn)
 		}
 		docs += st.DocumentsCount
 		size += st.Size
-		v, err := changevector.ParseVector(st.ChangeVector)
-		if err != nil {
-			writeError(w, err)
-			return
-		}
 		cv = changevector.Merge(cv, v)
-		err = s.IterateBuckets(b, b, func(d *storage.Document) bool {
-			if !d.Deleted() {
-				ids = append(ids, d.ID)
-			}
-			return len(ids) < maxBucketDocIDs
-		})
-		if err != nil {
-			writeError(w, err)
-			return
-		}
+		ids = append(ids, info.IDs...)
+		return nil
+	})
+	if err != nil {
+		writeError(w, err)
+		return
 	}
 	slices.Sort(owners)
+	slices.Sort(ids)
 	writeJSON(w, http.StatusOK, map[string]any{"Bucket": b, "Shards": owners, "DocumentsCount": docs, "Size": size, "ChangeVector": cv.String(), "Documents": ids})
 }
 
@@ -250,4 +284,77 @@ func (n *Node) handleBucketOf(w http.ResponseWriter, r *http.Request) {
 	}
 	b, shard := shardFor(t, id)
 	writeJSON(w, http.StatusOK, map[string]any{"Id": id, "Bucket": b, "Shard": shard})
+}
+
+// handleConflicts lists the losing versions of resolved replication
+// conflicts, gathered from every replica of every shard (each conflict is
+// recorded by the replica that resolved it).
+func (n *Node) handleConflicts(w http.ResponseWriter, r *http.Request) {
+	t, err := n.resolve(r.PathValue("db"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	type entry struct {
+		Shard      int    `json:"Shard"`
+		ResolvedOn string `json:"ResolvedOn"`
+		storage.Conflict
+	}
+	out := []entry{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	var errs []error
+	for _, sn := range targetShards(t) {
+		for _, tag := range t.rec.Sharding.Shards[sn].Members {
+			if t.shard >= 0 && tag != n.cfg.Node.Tag {
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				cs, err := n.replicaOn(t.rec.DatabaseName, sn, tag).conflicts(r.Context(), maxConflicts)
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					errs = append(errs, err)
+					return
+				}
+				for _, c := range cs {
+					out = append(out, entry{sn, tag, c})
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		writeError(w, unavailable("conflicts: %v", errs[0]))
+		return
+	}
+	slices.SortFunc(out, func(a, b entry) int {
+		if a.ID != b.ID {
+			return cmpStr(a.ID, b.ID)
+		}
+		return a.LastModified.Compare(b.LastModified)
+	})
+	writeJSON(w, http.StatusOK, map[string]any{"Results": out, "TotalResults": len(out)})
+}
+
+func cmpStr(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// replicaOn returns db's shard replica on node tag (local or remote).
+func (n *Node) replicaOn(db string, shard int, tag string) shardReplica {
+	if tag == n.cfg.Node.Tag {
+		if l, err := n.local(db, shard); err == nil {
+			return l
+		}
+	}
+	return &remoteReplica{n: n, tag: tag, db: db, shard: shard}
 }

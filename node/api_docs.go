@@ -6,9 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/shardnode/shardnode/bucket"
 	"github.com/shardnode/shardnode/changevector"
@@ -48,15 +48,6 @@ func shardFor(t target, id string) (uint32, int) {
 	return b, t.rec.ShardOf(b)
 }
 
-// storeFor returns the replica that serves shard for target t: the local
-// replica itself for "{db}${n}", else a routed replica.
-func (n *Node) storeFor(t target, shard int) (*storage.Store, error) {
-	if t.shard >= 0 {
-		return n.localReplica(t)
-	}
-	return n.shardStore(t.rec, shard)
-}
-
 func (n *Node) handleGetDocs(w http.ResponseWriter, r *http.Request) {
 	t, err := n.resolve(r.PathValue("db"))
 	if err != nil {
@@ -78,32 +69,65 @@ func (n *Node) handleGetDocs(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	// One request per shard, shards in parallel.
+	docs := make([]*storage.Document, len(ids))
+	shards := make([]int, len(ids))
+	byShard := map[int][]int{}
+	for i, id := range ids {
+		_, shards[i] = shardFor(t, id)
+		byShard[shards[i]] = append(byShard[shards[i]], i)
+	}
+	var mu sync.Mutex
+	var errs []error
+	var wg sync.WaitGroup
+	for shard, idx := range byShard {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			want := make([]string, len(idx))
+			for k, i := range idx {
+				want[k] = ids[i]
+			}
+			err := n.onShard(r.Context(), t, shard, true, func(rep shardReplica) error {
+				got, err := rep.get(r.Context(), want)
+				if err != nil {
+					return err
+				}
+				if len(got) != len(want) {
+					return fmt.Errorf("shard %d answered %d documents for %d ids", shard, len(got), len(want))
+				}
+				for k, i := range idx {
+					docs[i] = got[k]
+				}
+				return nil
+			})
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		writeError(w, errs[0])
+		return
+	}
+	if len(ids) == 1 && docs[0] == nil {
+		writeError(w, notFound("DocumentDoesNotExist", "document %q does not exist", ids[0]))
+		return
+	}
 	out := make([]byte, 0, 1024)
 	out = append(out, `{"Results":[`...)
-	for i, id := range ids {
-		b, shard := shardFor(t, id)
-		s, err := n.storeFor(t, shard)
-		if err != nil {
-			writeError(w, err)
-			return
-		}
-		d, err := s.Get(id)
+	for i, d := range docs {
 		if i > 0 {
 			out = append(out, ',')
 		}
-		switch {
-		case errors.Is(err, storage.ErrNotFound):
-			if len(ids) == 1 {
-				writeError(w, notFound("DocumentDoesNotExist", "document %q does not exist", id))
-				return
-			}
+		if d == nil {
 			out = append(out, "null"...)
-		case err != nil:
-			writeError(w, err)
-			return
-		default:
-			out = renderDoc(out, d, b, shard)
+			continue
 		}
+		out = renderDoc(out, d, d.Bucket, shards[i])
 	}
 	out = append(out, `],"Includes":{}}`...)
 	writeRaw(w, http.StatusOK, out)
@@ -143,7 +167,12 @@ func (n *Node) handlePutDoc(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badRequest("document %q: %v", id, err))
 		return
 	}
-	res, err := n.writeOps(r.Context(), t, []storage.Op{{Kind: storage.OpPut, ID: id, Collection: p.Collection, Body: p.Body, IfMatch: im}})
+	waitFor, err := n.waitForParam(r, t)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	res, err := n.writeOps(r.Context(), t, []storage.Op{{Kind: storage.OpPut, ID: id, Collection: p.Collection, Body: p.Body, IfMatch: im}}, waitFor)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -171,7 +200,12 @@ func (n *Node) handleDeleteDoc(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	if _, err := n.writeOps(r.Context(), t, []storage.Op{{Kind: storage.OpDelete, ID: id, IfMatch: im}}); err != nil {
+	waitFor, err := n.waitForParam(r, t)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if _, err := n.writeOps(r.Context(), t, []storage.Op{{Kind: storage.OpDelete, ID: id, IfMatch: im}}, waitFor); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -181,7 +215,7 @@ func (n *Node) handleDeleteDoc(w http.ResponseWriter, r *http.Request) {
 // writeOps groups ops by shard and writes each group atomically on its
 // shard, shards in parallel; results come back in the ops' order. Groups on
 // different shards commit independently.
-func (n *Node) writeOps(ctx context.Context, t target, ops []storage.Op) ([]storage.Result, error) {
+func (n *Node) writeOps(ctx context.Context, t target, ops []storage.Op, waitFor int) ([]storage.Result, error) {
 	type group struct {
 		shard int
 		idx   []int
@@ -207,19 +241,11 @@ func (n *Node) writeOps(ctx context.Context, t target, ops []storage.Op) ([]stor
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s, err := n.storeFor(t, g.shard)
-			if err != nil {
-				errs[gi] = err
-				return
-			}
-			res, err := s.Write(ctx, g.ops)
-			if err != nil {
-				errs[gi] = fmt.Errorf("shard %d: %w", g.shard, err)
-				return
-			}
-			for k, i := range g.idx {
-				results[i] = res[k]
-			}
+			errs[gi] = n.writeShard(ctx, t, g.shard, g.ops, waitFor, func(res []storage.Result) {
+				for k, i := range g.idx {
+					results[i] = res[k]
+				}
+			})
 		}()
 	}
 	wg.Wait()
@@ -289,7 +315,12 @@ func (n *Node) handleBulkDocs(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	res, err := n.writeOps(r.Context(), t, ops)
+	waitFor, err := n.waitForParam(r, t)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	res, err := n.writeOps(r.Context(), t, ops, waitFor)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -360,4 +391,35 @@ func appendBulkResult(out []byte, r storage.Result) []byte {
 	return append(out, b...)
 }
 
-var _ = time.Now
+// writeShard writes one shard's group through a replica of that shard.
+func (n *Node) writeShard(ctx context.Context, t target, shard int, ops []storage.Op, waitFor int, done func([]storage.Result)) error {
+	err := n.onShard(ctx, t, shard, false, func(rep shardReplica) error {
+		res, err := rep.write(ctx, ops, waitFor)
+		if err != nil {
+			return err
+		}
+		if len(res) != len(ops) {
+			return fmt.Errorf("shard %d answered %d results for %d writes", shard, len(res), len(ops))
+		}
+		done(res)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("shard %d: %w", shard, err)
+	}
+	return nil
+}
+
+// waitForParam reads ?waitForReplicas=N: the write is acknowledged only
+// once N replicas of its shard hold it.
+func (n *Node) waitForParam(r *http.Request, t target) (int, error) {
+	v := r.URL.Query().Get("waitForReplicas")
+	if v == "" {
+		return 1, nil
+	}
+	w, err := strconv.Atoi(v)
+	if err != nil || w < 1 || w > t.rec.ReplicationFactor {
+		return 0, badRequest("waitForReplicas %q: must be 1..%d (the database's replication factor)", v, t.rec.ReplicationFactor)
+	}
+	return w, nil
+}

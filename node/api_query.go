@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -68,7 +69,7 @@ func (n *Node) handleQuery(w http.ResponseWriter, r *http.Request) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			perShard[i], errs[i] = n.queryShard(t, shard, q)
+			perShard[i], errs[i] = n.queryShard(r.Context(), t, shard, req)
 		}()
 	}
 	wg.Wait()
@@ -107,40 +108,29 @@ func (n *Node) handleQuery(w http.ResponseWriter, r *http.Request) {
 	writeRaw(w, http.StatusOK, out)
 }
 
-// queryShard scans one shard's replica for matches. Through the database
-// (not "{db}${n}"), a shard answers only for the buckets it owns, so a
-// document that exists on two shards while its bucket moves is counted
-// once.
-func (n *Node) queryShard(t target, shard int, q *rql.Query) ([]queryHit, error) {
-	s, err := n.storeFor(t, shard)
+// queryShard asks one replica of shard for matches, then decodes them for
+// ordering. Through the database (not "{db}${n}"), a shard answers only
+// for the buckets it owns, so a document that exists on two shards while
+// its bucket moves is counted once.
+func (n *Node) queryShard(ctx context.Context, t target, shard int, req queryRequest) ([]queryHit, error) {
+	var docs []*storage.Document
+	err := n.onShard(ctx, t, shard, true, func(rep shardReplica) error {
+		var err error
+		docs, err = rep.query(ctx, queryArgs{Query: req.Query, Params: req.QueryParameters, OwnerOnly: t.shard < 0})
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
-	ownerOnly := t.shard < 0
-	var hits []queryHit
-	var derr error
-	err = s.Scan(func(d *storage.Document) bool {
-		if !q.AllDocs && !strings.EqualFold(d.Collection, q.Collection) {
-			return true
+	hits := make([]queryHit, 0, len(docs))
+	for _, d := range docs {
+		m, err := docMap(d)
+		if err != nil {
+			return nil, err
 		}
-		if ownerOnly && t.rec.ShardOf(d.Bucket) != shard {
-			return true
-		}
-		var m map[string]any
-		if err := json.Unmarshal(d.Body, &m); err != nil {
-			derr = err
-			return false
-		}
-		m["@metadata"] = map[string]any{"@id": d.ID, "@collection": d.Collection, "@change-vector": d.ChangeVector}
-		if q.Matches(m) {
-			hits = append(hits, queryHit{doc: d, m: m, shard: shard})
-		}
-		return true
-	})
-	if err == nil {
-		err = derr
+		hits = append(hits, queryHit{doc: d, m: m, shard: shard})
 	}
-	return hits, err
+	return hits, nil
 }
 
 func appendInt(b []byte, v int) []byte {

@@ -29,11 +29,15 @@ type Node struct {
 	bus      *bus
 	cache    *pebble.Cache
 	replicas *replicaSet
+	health   *health
+
+	rpcHandlers map[string]rpcHandler
 
 	httpLn  net.Listener
 	httpSrv *http.Server
 
 	started time.Time
+	regKick chan struct{}
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 	closeMu sync.Mutex
@@ -47,7 +51,7 @@ func Start(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Nod
 		logger = slog.New(slog.DiscardHandler)
 	}
 	logger = logger.With("node", cfg.Node.Tag)
-	n := &Node{cfg: cfg, logger: logger, fsm: raftfsm.New(), started: time.Now()}
+	n := &Node{cfg: cfg, logger: logger, fsm: raftfsm.New(), started: time.Now(), health: newHealth(cfg.Node.Tag), rpcHandlers: map[string]rpcHandler{}, regKick: make(chan struct{}, 1)}
 	runCtx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
 	defer func() {
@@ -56,8 +60,12 @@ func Start(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Nod
 		}
 	}()
 	n.cache = pebble.NewCache(256 << 20)
-	n.replicas = newReplicaSet(cfg.DatabasesDir(), cfg.Node.Tag, n.cache, logger)
+	n.replicas = newReplicaSet(cfg.DatabasesDir(), cfg.Node.Tag, n.cache, busTransport{n}, logger)
 	if n.bus, err = startBus(cfg); err != nil {
+		return nil, err
+	}
+	n.registerShardRPC()
+	if _, err := n.serveRPC(runCtx); err != nil {
 		return nil, err
 	}
 	n.httpLn, err = net.Listen("tcp", cfg.HTTP.Addr)
@@ -68,9 +76,11 @@ func Start(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Nod
 	if n.raft, err = startRaft(cfg.RaftDir(), cfg.Node.Tag, cfg.Raft.Addr, bootstrap, n.fsm, logger); err != nil {
 		return nil, err
 	}
-	n.wg.Add(2)
+	n.wg.Add(4)
 	go n.followRecords(runCtx)
 	go n.leaderLoop(runCtx)
+	go n.runHeartbeats(runCtx)
+	go n.registerLoop(runCtx)
 	n.httpSrv = &http.Server{Handler: n.routes(), ReadHeaderTimeout: 10 * time.Second}
 	n.wg.Add(1)
 	go func() {
@@ -79,18 +89,17 @@ func Start(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Nod
 			logger.Error("http server stopped", "err", err)
 		}
 	}()
-	if cfg.Raft.Join == "" {
-		wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
-		defer wcancel()
-		if err := n.raft.waitLeader(wctx); err != nil {
-			return nil, err
-		}
-		if err := n.waitRegistered(wctx); err != nil {
-			return nil, err
-		}
-		if err := n.waitCaughtUp(wctx); err != nil {
-			return nil, err
-		}
+	// Serve once this node is a registered member with the log replayed.
+	wctx, wcancel := context.WithTimeout(ctx, 60*time.Second)
+	defer wcancel()
+	if err := n.raft.waitLeader(wctx); err != nil {
+		return nil, err
+	}
+	if err := n.waitRegistered(wctx); err != nil {
+		return nil, err
+	}
+	if err := n.waitCaughtUp(wctx); err != nil {
+		return nil, err
 	}
 	logger.Info("node started", "http", n.HTTPAddr(), "raft", n.raft.transport.LocalAddr(), "nats", n.bus.clientURL())
 	return n, nil
@@ -184,29 +193,9 @@ func (n *Node) leaderLoop(ctx context.Context) {
 				continue
 			}
 			n.logger.Info("became raft leader")
-			if err := n.registerSelf(ctx); err != nil {
-				n.logger.Warn("register node", "err", err)
-			}
+			n.kickRegister()
 		}
 	}
-}
-
-func (n *Node) selfInfo() raftfsm.NodeInfo {
-	return raftfsm.NodeInfo{Tag: n.cfg.Node.Tag, HttpUrl: n.HTTPURL(), RaftAddr: string(n.raft.transport.LocalAddr()), NatsUrl: n.bus.clientURL()}
-}
-
-func (n *Node) registerSelf(ctx context.Context) error {
-	self := n.selfInfo()
-	for _, m := range n.fsm.Nodes() {
-		if m.Tag == self.Tag && m.HttpUrl == self.HttpUrl && m.RaftAddr == self.RaftAddr && m.NatsUrl == self.NatsUrl {
-			return nil
-		}
-	}
-	res, err := n.raft.propose(ctx, &raftfsm.AddNode{Meta: raftfsm.Meta{At: time.Now().UTC()}, Node: self})
-	if err != nil {
-		return err
-	}
-	return res.Err
 }
 
 // waitRegistered waits until the state lists this node.
@@ -243,17 +232,4 @@ func (n *Node) waitCaughtUp(ctx context.Context) error {
 		case <-t.C:
 		}
 	}
-}
-
-// propose runs a command through raft and waits until this node's replicas
-// reflect it.
-func (n *Node) propose(ctx context.Context, cmd raftfsm.Command) (raftfsm.Result, error) {
-	res, err := n.raft.propose(ctx, cmd)
-	if err != nil {
-		return res, err
-	}
-	if err := n.replicas.waitFor(ctx, n.fsm.AppliedIndex()); err != nil {
-		return res, err
-	}
-	return res, nil
 }

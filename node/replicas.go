@@ -15,6 +15,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/shardnode/shardnode/raftfsm"
+	"github.com/shardnode/shardnode/replication"
 	"github.com/shardnode/shardnode/storage"
 )
 
@@ -33,14 +34,53 @@ type replicaSet struct {
 	cache  *pebble.Cache
 	logger *slog.Logger
 
+	transport replication.Transport
+
 	mu         sync.RWMutex
 	stores     map[replicaKey]*storage.Store
+	reps       map[replicaKey]*replication.Replicator
 	reconciled uint64        // raft index the set last reconciled to
 	changed    chan struct{} // closed and replaced at each reconcile
 }
 
-func newReplicaSet(dir, tag string, cache *pebble.Cache, logger *slog.Logger) *replicaSet {
-	return &replicaSet{dir: dir, tag: tag, cache: cache, logger: logger, stores: map[replicaKey]*storage.Store{}, changed: make(chan struct{})}
+func newReplicaSet(dir, tag string, cache *pebble.Cache, transport replication.Transport, logger *slog.Logger) *replicaSet {
+	return &replicaSet{dir: dir, tag: tag, cache: cache, transport: transport, logger: logger,
+		stores: map[replicaKey]*storage.Store{}, reps: map[replicaKey]*replication.Replicator{}, changed: make(chan struct{})}
+}
+
+// getWithReplicator returns the local replica and its replicator.
+func (rs *replicaSet) getWithReplicator(db string, shard int) (*storage.Store, *replication.Replicator, bool) {
+	rs.mu.RLock()
+	defer rs.mu.RUnlock()
+	k := replicaKey{db, shard}
+	s, ok := rs.stores[k]
+	return s, rs.reps[k], ok
+}
+
+// closeReplica stops a replica's replication and closes its store; rs.mu
+// is held.
+func (rs *replicaSet) closeReplica(k replicaKey) error {
+	if r, ok := rs.reps[k]; ok {
+		r.Close()
+		delete(rs.reps, k)
+	}
+	s, ok := rs.stores[k]
+	if !ok {
+		return nil
+	}
+	delete(rs.stores, k)
+	return s.Close()
+}
+
+// peersOf lists the other members of a shard.
+func (rs *replicaSet) peersOf(members []string) []string {
+	var out []string
+	for _, m := range members {
+		if m != rs.tag {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // get returns the local replica of db's shard.
@@ -72,12 +112,11 @@ func (rs *replicaSet) reconcile(index uint64, records []*raftfsm.DatabaseRecord)
 	}
 	var errs []error
 	rs.mu.Lock()
-	for k, s := range rs.stores {
+	for k := range rs.stores {
 		if _, ok := want[k]; ok {
 			continue
 		}
-		delete(rs.stores, k)
-		if err := s.Close(); err != nil {
+		if err := rs.closeReplica(k); err != nil {
 			errs = append(errs, fmt.Errorf("close %s$%d: %w", k.db, k.shard, err))
 		}
 		if err := os.RemoveAll(rs.shardDir(k.db, k.shard)); err != nil {
@@ -102,10 +141,9 @@ func (rs *replicaSet) reconcile(index uint64, records []*raftfsm.DatabaseRecord)
 		r, ok := byDB[e.Name()]
 		if !ok || r.CreatedIndex != created {
 			rs.mu.Lock()
-			for k, s := range rs.stores {
+			for k := range rs.stores {
 				if k.db == e.Name() {
-					_ = s.Close()
-					delete(rs.stores, k)
+					_ = rs.closeReplica(k)
 				}
 			}
 			rs.mu.Unlock()
@@ -115,7 +153,8 @@ func (rs *replicaSet) reconcile(index uint64, records []*raftfsm.DatabaseRecord)
 		}
 	}
 	for k, r := range want {
-		if _, ok := rs.get(k.db, k.shard); ok {
+		if _, rep, ok := rs.getWithReplicator(k.db, k.shard); ok {
+			rep.SetPeers(rs.peersOf(r.Sharding.Shards[k.shard].Members))
 			continue
 		}
 		if created, ok := rs.readMarker(k.db); ok && created > index {
@@ -130,8 +169,11 @@ func (rs *replicaSet) reconcile(index uint64, records []*raftfsm.DatabaseRecord)
 			errs = append(errs, err)
 			continue
 		}
+		rep := replication.New(s, k.db, k.shard, rs.transport, rs.logger)
+		rep.SetPeers(rs.peersOf(r.Sharding.Shards[k.shard].Members))
 		rs.mu.Lock()
 		rs.stores[k] = s
+		rs.reps[k] = rep
 		rs.mu.Unlock()
 		rs.logger.Info("opened shard replica", "db", k.db, "shard", k.shard, "database_id", s.DatabaseID())
 	}
@@ -194,11 +236,10 @@ func (rs *replicaSet) closeAll() error {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	var errs []error
-	for k, s := range rs.stores {
-		if err := s.Close(); err != nil {
+	for k := range rs.stores {
+		if err := rs.closeReplica(k); err != nil {
 			errs = append(errs, fmt.Errorf("close %s$%d: %w", k.db, k.shard, err))
 		}
-		delete(rs.stores, k)
 	}
 	return errors.Join(errs...)
 }

@@ -5,7 +5,6 @@ import (
 	"strings"
 
 	"github.com/shardnode/shardnode/raftfsm"
-	"github.com/shardnode/shardnode/storage"
 )
 
 // target is what a /databases/{db} path names: a whole database, or with
@@ -28,7 +27,7 @@ func (n *Node) resolve(name string) (target, error) {
 	if err := raftfsm.ValidateDatabaseName(name); err != nil {
 		return target{}, badRequest("%v", err)
 	}
-	rec, ok := n.fsm.Database(name)
+	rec, ok := n.fsm.Record(name)
 	if !ok {
 		return target{}, notFound("DatabaseDoesNotExist", "database %q does not exist", name)
 	}
@@ -38,26 +37,4 @@ func (n *Node) resolve(name string) (target, error) {
 		}
 	}
 	return target{rec: rec, shard: shard}, nil
-}
-
-// localReplica returns this node's replica of the target's shard, or a
-// 404 naming the nodes that hold it.
-func (n *Node) localReplica(t target) (*storage.Store, error) {
-	s, ok := n.replicas.get(t.rec.DatabaseName, t.shard)
-	if !ok {
-		return nil, notFound("ShardNotOnThisNode", "shard %d of %q is not on node %s; it is held by %v",
-			t.shard, t.rec.DatabaseName, n.cfg.Node.Tag, t.rec.Sharding.Shards[t.shard].Members)
-	}
-	return s, nil
-}
-
-// shardStore returns a replica to serve shard of rec. On one node every
-// shard is local; routing to other nodes comes with the cluster work.
-func (n *Node) shardStore(rec *raftfsm.DatabaseRecord, shard int) (*storage.Store, error) {
-	s, ok := n.replicas.get(rec.DatabaseName, shard)
-	if !ok {
-		return nil, unavailable("no replica of shard %d of %q is reachable from node %s (members: %v)",
-			shard, rec.DatabaseName, n.cfg.Node.Tag, rec.Sharding.Shards[shard].Members)
-	}
-	return s, nil
 }

@@ -136,6 +136,16 @@ func (f *FSM) Database(name string) (*DatabaseRecord, bool) {
 	return r.Clone(), true
 }
 
+// Record returns the named record without copying it: records in the state
+// are immutable (every command that changes one replaces it with a new
+// value), so the hot path reads them for free. Callers must not modify it.
+func (f *FSM) Record(name string) (*DatabaseRecord, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	r, ok := f.state.Databases[name]
+	return r, ok
+}
+
 // Databases returns copies of all records, sorted by name.
 func (f *FSM) Databases() []*DatabaseRecord {
 	f.mu.RLock()

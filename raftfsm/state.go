@@ -39,7 +39,9 @@ type NodeInfo struct {
 	JoinedAt time.Time `json:"JoinedAt"`
 }
 
-// DatabaseRecord is one database's configuration.
+// DatabaseRecord is one database's configuration. A record in the state is
+// immutable: a command that changes it stores a changed copy (Clone), so
+// FSM.Record can hand it out without copying.
 type DatabaseRecord struct {
 	// DatabaseName is the database's name.
 	DatabaseName string `json:"DatabaseName"`

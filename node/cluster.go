@@ -1,0 +1,340 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/shardnode/shardnode/raftfsm"
+)
+
+// Membership: a node joins by asking any member (raft.join) to add it; the
+// request travels to the leader, which adds the node as a raft voter and
+// records its addresses. Every node keeps its record current the same way
+// (a restarted node may have new addresses), and commands proposed on a
+// follower are forwarded to the leader over HTTP.
+
+// joinRequest is POST /cluster/join's body.
+type joinRequest struct {
+	Node raftfsm.NodeInfo `json:"Node"`
+}
+
+// applyReply is POST /internal/raft/apply's answer: the raft index the
+// command was applied at.
+type applyReply struct {
+	Index     uint64 `json:"Index"`
+	Duplicate bool   `json:"Duplicate"`
+}
+
+// kickRegister asks registerLoop to check this node's record now.
+func (n *Node) kickRegister() {
+	select {
+	case n.regKick <- struct{}{}:
+	default:
+	}
+}
+
+// registerLoop keeps this node a voter with current addresses in the
+// state, retrying with backoff until it is, and again whenever the state
+// changes.
+func (n *Node) registerLoop(ctx context.Context) {
+	defer n.wg.Done()
+	ch, stop := n.fsm.Watch()
+	defer stop()
+	delay := 100 * time.Millisecond
+	for {
+		err := n.ensureRegistered(ctx)
+		if err != nil {
+			n.logger.Debug("register with the cluster", "err", err)
+		} else {
+			delay = 100 * time.Millisecond
+		}
+		t := time.NewTimer(delay)
+		if err != nil {
+			delay = min(delay*2, 2*time.Second)
+		} else {
+			t.Stop() // registered: wait for a change, not a timer
+		}
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-ch:
+		case <-n.regKick:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// ensureRegistered registers this node unless the state already has it
+// with its current addresses.
+func (n *Node) ensureRegistered(ctx context.Context) error {
+	self := n.selfInfo()
+	for _, m := range n.fsm.Nodes() {
+		if m.Tag == self.Tag && m.HttpUrl == self.HttpUrl && m.RaftAddr == self.RaftAddr && m.NatsUrl == self.NatsUrl {
+			return nil
+		}
+	}
+	if n.raft.r.State() == raft.Leader {
+		return n.addMember(ctx, self)
+	}
+	url := n.leaderURL()
+	if url == "" {
+		url = n.cfg.Raft.Join
+	}
+	if url == "" {
+		return errors.New("no leader known and no raft.join configured")
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	body, _ := json.Marshal(joinRequest{Node: self})
+	return n.postJSON(ctx, url+"/cluster/join", body, nil)
+}
+
+// addMember makes info a raft voter and records it; leader only.
+func (n *Node) addMember(ctx context.Context, info raftfsm.NodeInfo) error {
+	f := n.raft.r.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return err
+	}
+	present := false
+	for _, s := range f.Configuration().Servers {
+		if string(s.ID) == info.Tag && string(s.Address) == info.RaftAddr {
+			present = true
+		}
+	}
+	if !present {
+		if err := n.raft.r.AddVoter(raft.ServerID(info.Tag), raft.ServerAddress(info.RaftAddr), 0, 10*time.Second).Error(); err != nil {
+			return fmt.Errorf("add voter %s at %s: %w", info.Tag, info.RaftAddr, err)
+		}
+		n.logger.Info("added raft voter", "tag", info.Tag, "raft", info.RaftAddr)
+	}
+	res, err := n.raft.propose(ctx, &raftfsm.AddNode{Meta: raftfsm.Meta{At: time.Now().UTC()}, Node: info})
+	if err != nil {
+		return err
+	}
+	return res.Err
+}
+
+func (n *Node) selfInfo() raftfsm.NodeInfo {
+	return raftfsm.NodeInfo{Tag: n.cfg.Node.Tag, HttpUrl: n.HTTPURL(), RaftAddr: string(n.raft.transport.LocalAddr()), NatsUrl: n.bus.clientURL()}
+}
+
+// leaderURL is the leader's HTTP URL from the state, or "".
+func (n *Node) leaderURL() string {
+	_, id := n.raft.r.LeaderWithID()
+	if id == "" {
+		return ""
+	}
+	for _, m := range n.fsm.Nodes() {
+		if m.Tag == string(id) {
+			return m.HttpUrl
+		}
+	}
+	return ""
+}
+
+func (n *Node) handleJoin(w http.ResponseWriter, r *http.Request) {
+	body, err := readBody(r, 64<<10)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var req joinRequest
+	if err := decodeJSON(body, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	if n.raft.r.State() != raft.Leader {
+		n.forwardToLeader(w, r, body)
+		return
+	}
+	if err := n.addMember(r.Context(), req.Node); err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"Leader": n.cfg.Node.Tag, "Nodes": n.fsm.Nodes()})
+}
+
+func (n *Node) handleRemoveNode(w http.ResponseWriter, r *http.Request) {
+	tag := r.PathValue("tag")
+	if n.raft.r.State() != raft.Leader {
+		n.forwardToLeader(w, r, nil)
+		return
+	}
+	known := false
+	for _, m := range n.fsm.Nodes() {
+		known = known || m.Tag == tag
+	}
+	if !known {
+		writeError(w, notFound("NodeNotFound", "no node %q in the cluster", tag))
+		return
+	}
+	if tag == n.cfg.Node.Tag {
+		writeError(w, badRequest("node %s is the leader: remove it from another node after a new leader is elected (or stop it first)", tag))
+		return
+	}
+	if err := n.raft.r.RemoveServer(raft.ServerID(tag), 0, 10*time.Second).Error(); err != nil {
+		writeError(w, fmt.Errorf("remove raft voter %s: %w", tag, err))
+		return
+	}
+	res, err := n.raft.propose(r.Context(), &raftfsm.RemoveNode{Meta: raftfsm.Meta{At: time.Now().UTC()}, Tag: tag})
+	if err == nil {
+		err = res.Err
+	}
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	n.logger.Info("removed node", "tag", tag)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// handleApply applies a command forwarded by a follower; leader only.
+func (n *Node) handleApply(w http.ResponseWriter, r *http.Request) {
+	body, err := readBody(r, 1<<20)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if n.raft.r.State() != raft.Leader {
+		n.forwardToLeader(w, r, body)
+		return
+	}
+	f := n.raft.r.Apply(body, 10*time.Second)
+	if err := f.Error(); err != nil {
+		writeError(w, unavailable("raft apply: %v", err))
+		return
+	}
+	res, _ := f.Response().(raftfsm.Result)
+	if res.Err != nil {
+		writeError(w, res.Err)
+		return
+	}
+	writeJSON(w, http.StatusOK, applyReply{Index: f.Index(), Duplicate: res.Duplicate})
+}
+
+// propose runs a command through raft (forwarding it to the leader when
+// this node is a follower) and waits until this node applied it and its
+// replicas reflect it.
+func (n *Node) propose(ctx context.Context, cmd raftfsm.Command) error {
+	var index uint64
+	if n.raft.r.State() == raft.Leader {
+		res, err := n.raft.propose(ctx, cmd)
+		if err == nil {
+			err = res.Err
+		}
+		if err != nil && !errors.Is(err, ErrNotLeader) {
+			return err
+		}
+		if err == nil {
+			index = n.fsm.AppliedIndex()
+		}
+	}
+	if index == 0 {
+		data, err := raftfsm.Encode(cmd)
+		if err != nil {
+			return err
+		}
+		url := n.leaderURL()
+		if url == "" {
+			return unavailable("no raft leader is known to node %s", n.cfg.Node.Tag)
+		}
+		var rep applyReply
+		if err := n.postJSON(ctx, url+"/internal/raft/apply", data, &rep); err != nil {
+			return err
+		}
+		index = rep.Index
+	}
+	if err := n.waitApplied(ctx, index); err != nil {
+		return err
+	}
+	return n.replicas.waitFor(ctx, index)
+}
+
+// waitApplied waits until the local FSM applied index.
+func (n *Node) waitApplied(ctx context.Context, index uint64) error {
+	ch, stop := n.fsm.Watch()
+	defer stop()
+	for n.fsm.AppliedIndex() < index {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("wait for raft index %d: %w", index, ctx.Err())
+		}
+	}
+	return nil
+}
+
+// forwardToLeader replays the request on the leader and copies its answer.
+func (n *Node) forwardToLeader(w http.ResponseWriter, r *http.Request, body []byte) {
+	url := n.leaderURL()
+	if url == "" {
+		writeError(w, unavailable("no raft leader is known to node %s", n.cfg.Node.Tag))
+		return
+	}
+	if r.Header.Get("Forwarded-By") != "" {
+		writeError(w, unavailable("leadership is changing (request already forwarded by %s)", r.Header.Get("Forwarded-By")))
+		return
+	}
+	req, err := http.NewRequestWithContext(r.Context(), r.Method, url+r.URL.RequestURI(), bytes.NewReader(body))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Forwarded-By", n.cfg.Node.Tag)
+	res, err := httpClient.Do(req)
+	if err != nil {
+		writeError(w, unavailable("forward to leader at %s: %v", url, err))
+		return
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	if res.StatusCode == http.StatusNoContent {
+		w.WriteHeader(res.StatusCode)
+		return
+	}
+	writeRaw(w, res.StatusCode, b)
+}
+
+// httpClient is used for node-to-node HTTP (join, forwarding to the
+// leader); data-plane traffic goes over NATS.
+var httpClient = &http.Client{Timeout: 15 * time.Second}
+
+// postJSON posts body to url and decodes a 2xx answer into out (if set);
+// an error answer comes back as an apiError with the remote status.
+func (n *Node) postJSON(ctx context.Context, url string, body []byte, out any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Forwarded-By", n.cfg.Node.Tag)
+	res, err := httpClient.Do(req)
+	if err != nil {
+		return unavailable("post %s: %v", url, err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	if res.StatusCode/100 != 2 {
+		var eb errorBody
+		_ = json.Unmarshal(b, &eb)
+		if eb.Error == "" {
+			eb.Error = string(b)
+		}
+		return &apiError{Status: res.StatusCode, Type: eb.Type, Msg: eb.Error}
+	}
+	if out != nil {
+		return json.Unmarshal(b, out)
+	}
+	return nil
+}

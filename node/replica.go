@@ -1,0 +1,467 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/shardnode/shardnode/replication"
+	"github.com/shardnode/shardnode/rql"
+	"github.com/shardnode/shardnode/storage"
+)
+
+// shardReplica is one replica of a shard as the API uses it: on this node,
+// or on another node reached over the bus. Both behave the same, so a
+// handler never knows where its shard lives.
+type shardReplica interface {
+	node() string
+	get(ctx context.Context, ids []string) ([]*storage.Document, error)
+	write(ctx context.Context, ops []storage.Op, waitFor int) ([]storage.Result, error)
+	query(ctx context.Context, q queryArgs) ([]*storage.Document, error)
+	stats(ctx context.Context) (replicaStats, error)
+	bucket(ctx context.Context, b uint32, maxIDs int) (bucketInfo, error)
+	rangeStats(ctx context.Context, from, to uint32) ([]storage.BucketStats, error)
+	conflicts(ctx context.Context, limit int) ([]storage.Conflict, error)
+}
+
+// queryArgs is a query as sent to one shard.
+type queryArgs struct {
+	Query  string         `json:"Query"`
+	Params map[string]any `json:"Params,omitempty"`
+	// OwnerOnly limits results to buckets the shard owns (queries through
+	// the database, not through "{db}${n}").
+	OwnerOnly bool `json:"OwnerOnly"`
+}
+
+// replicaStats are one replica's figures.
+type replicaStats struct {
+	storage.Stats
+	DatabaseID  string                   `json:"DatabaseId"`
+	Node        string                   `json:"Node"`
+	Replication []replication.PeerStatus `json:"Replication"`
+}
+
+// bucketInfo is one bucket on one replica.
+type bucketInfo struct {
+	Stats storage.BucketStats `json:"Stats"`
+	IDs   []string            `json:"Ids"`
+}
+
+// errReplicationTimeout marks a write that is durable on its replica but
+// did not reach the asked number of replicas in time.
+var errReplicationTimeout = errors.New("replication timeout")
+
+// localReplica serves a replica held by this node.
+type localReplica struct {
+	n     *Node
+	db    string
+	shard int
+	s     *storage.Store
+	rep   *replication.Replicator
+}
+
+func (l *localReplica) node() string { return l.n.cfg.Node.Tag }
+
+func (l *localReplica) get(_ context.Context, ids []string) ([]*storage.Document, error) {
+	out := make([]*storage.Document, len(ids))
+	for i, id := range ids {
+		d, err := l.s.Get(id)
+		if errors.Is(err, storage.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out[i] = d
+	}
+	return out, nil
+}
+
+func (l *localReplica) write(ctx context.Context, ops []storage.Op, waitFor int) ([]storage.Result, error) {
+	if err := l.n.guardWrites(l.db, l.shard, ops); err != nil {
+		return nil, err
+	}
+	res, err := l.s.Write(ctx, ops)
+	if err != nil || waitFor <= 1 {
+		return res, err
+	}
+	var last uint64
+	for _, r := range res {
+		last = max(last, r.Etag)
+	}
+	if last == 0 {
+		return res, nil // nothing changed: nothing to wait for
+	}
+	if have, err := l.rep.WaitReplicas(ctx, last, waitFor); err != nil {
+		return nil, &apiError{Status: http.StatusGatewayTimeout, Type: "ReplicationTimeout",
+			Msg: fmt.Sprintf("the write is durable on node %s but only %d of the %d replicas asked for (waitForReplicas) held it before the timeout", l.node(), have, waitFor)}
+	}
+	return res, nil
+}
+
+func (l *localReplica) query(_ context.Context, a queryArgs) ([]*storage.Document, error) {
+	q, err := rql.Parse(a.Query, a.Params)
+	if err != nil {
+		return nil, badRequest("%v", err)
+	}
+	var rec = l.n.recordOf(l.db)
+	var hits []*storage.Document
+	var derr error
+	err = l.s.Scan(func(d *storage.Document) bool {
+		if !q.AllDocs && !strings.EqualFold(d.Collection, q.Collection) {
+			return true
+		}
+		if a.OwnerOnly && rec != nil && rec.ShardOf(d.Bucket) != l.shard {
+			return true
+		}
+		m, err := docMap(d)
+		if err != nil {
+			derr = err
+			return false
+		}
+		if q.Matches(m) {
+			hits = append(hits, d)
+		}
+		return true
+	})
+	if err == nil {
+		err = derr
+	}
+	return hits, err
+}
+
+// docMap decodes a document for query evaluation.
+func docMap(d *storage.Document) (map[string]any, error) {
+	var m map[string]any
+	if err := json.Unmarshal(d.Body, &m); err != nil {
+		return nil, fmt.Errorf("document %q: %w", d.ID, err)
+	}
+	if m == nil {
+		m = map[string]any{}
+	}
+	m["@metadata"] = map[string]any{"@id": d.ID, "@collection": d.Collection, "@change-vector": d.ChangeVector}
+	return m, nil
+}
+
+func (l *localReplica) stats(context.Context) (replicaStats, error) {
+	return replicaStats{Stats: l.s.Stats(), DatabaseID: l.s.DatabaseID(), Node: l.node(), Replication: l.rep.Status()}, nil
+}
+
+func (l *localReplica) bucket(_ context.Context, b uint32, maxIDs int) (bucketInfo, error) {
+	st, err := l.s.BucketStats(b)
+	if err != nil {
+		return bucketInfo{}, err
+	}
+	info := bucketInfo{Stats: st, IDs: []string{}}
+	if maxIDs <= 0 || st.DocumentsCount == 0 {
+		return info, nil
+	}
+	err = l.s.IterateBuckets(b, b, func(d *storage.Document) bool {
+		if !d.Deleted() {
+			info.IDs = append(info.IDs, d.ID)
+		}
+		return len(info.IDs) < maxIDs
+	})
+	return info, err
+}
+
+func (l *localReplica) rangeStats(_ context.Context, from, to uint32) ([]storage.BucketStats, error) {
+	out := []storage.BucketStats{}
+	err := l.s.RangeStats(from, to, func(st storage.BucketStats) error {
+		out = append(out, st)
+		return nil
+	})
+	return out, err
+}
+
+func (l *localReplica) conflicts(_ context.Context, limit int) ([]storage.Conflict, error) {
+	return l.s.Conflicts(limit)
+}
+
+// remoteReplica reaches a replica on another node over the bus.
+type remoteReplica struct {
+	n     *Node
+	tag   string
+	db    string
+	shard int
+}
+
+// shardRequest is the envelope of every shard op sent to another node.
+type shardRequest struct {
+	DB      string        `json:"Db"`
+	Shard   int           `json:"Shard"`
+	IDs     []string      `json:"Ids,omitempty"`
+	Ops     []wireOp      `json:"Ops,omitempty"`
+	WaitFor int           `json:"WaitFor,omitempty"`
+	Query   *queryArgs    `json:"Query,omitempty"`
+	Bucket  uint32        `json:"Bucket,omitempty"`
+	From    uint32        `json:"From,omitempty"`
+	To      uint32        `json:"To,omitempty"`
+	Limit   int           `json:"Limit,omitempty"`
+	Timeout time.Duration `json:"-"`
+}
+
+// wireDoc is a document on the bus: its body stays raw JSON.
+type wireDoc struct {
+	ID           string          `json:"Id"`
+	Collection   string          `json:"Collection,omitempty"`
+	ChangeVector string          `json:"ChangeVector"`
+	LastModified time.Time       `json:"LastModified"`
+	Etag         uint64          `json:"Etag"`
+	Bucket       uint32          `json:"Bucket"`
+	Flags        storage.Flags   `json:"Flags,omitempty"`
+	Body         json.RawMessage `json:"Body,omitempty"`
+}
+
+func toWire(d *storage.Document) *wireDoc {
+	if d == nil {
+		return nil
+	}
+	return &wireDoc{d.ID, d.Collection, d.ChangeVector, d.LastModified, d.Etag, d.Bucket, d.Flags, d.Body}
+}
+
+func fromWire(w *wireDoc) *storage.Document {
+	if w == nil {
+		return nil
+	}
+	return &storage.Document{ID: w.ID, Collection: w.Collection, ChangeVector: w.ChangeVector, LastModified: w.LastModified, Etag: w.Etag, Bucket: w.Bucket, Flags: w.Flags, Body: w.Body}
+}
+
+// wireOp is a client write on the bus.
+type wireOp struct {
+	Kind       storage.OpKind  `json:"Kind"`
+	ID         string          `json:"Id"`
+	Collection string          `json:"Collection,omitempty"`
+	Body       json.RawMessage `json:"Body,omitempty"`
+	IfMatch    string          `json:"IfMatch,omitempty"`
+}
+
+func (r *remoteReplica) node() string { return r.tag }
+
+func (r *remoteReplica) get(ctx context.Context, ids []string) ([]*storage.Document, error) {
+	var docs []*wireDoc
+	if err := r.n.call(ctx, r.tag, "shard.get", shardRequest{DB: r.db, Shard: r.shard, IDs: ids}, &docs); err != nil {
+		return nil, err
+	}
+	out := make([]*storage.Document, len(docs))
+	for i, d := range docs {
+		out[i] = fromWire(d)
+	}
+	return out, nil
+}
+
+func (r *remoteReplica) write(ctx context.Context, ops []storage.Op, waitFor int) ([]storage.Result, error) {
+	w := make([]wireOp, len(ops))
+	for i, op := range ops {
+		w[i] = wireOp{op.Kind, op.ID, op.Collection, op.Body, op.IfMatch}
+	}
+	var res []storage.Result
+	err := r.n.call(ctx, r.tag, "shard.write", shardRequest{DB: r.db, Shard: r.shard, Ops: w, WaitFor: waitFor}, &res)
+	return res, err
+}
+
+func (r *remoteReplica) query(ctx context.Context, a queryArgs) ([]*storage.Document, error) {
+	var docs []*wireDoc
+	if err := r.n.call(ctx, r.tag, "shard.query", shardRequest{DB: r.db, Shard: r.shard, Query: &a}, &docs); err != nil {
+		return nil, err
+	}
+	out := make([]*storage.Document, len(docs))
+	for i, d := range docs {
+		out[i] = fromWire(d)
+	}
+	return out, nil
+}
+
+func (r *remoteReplica) stats(ctx context.Context) (replicaStats, error) {
+	var st replicaStats
+	err := r.n.call(ctx, r.tag, "shard.stats", shardRequest{DB: r.db, Shard: r.shard}, &st)
+	return st, err
+}
+
+func (r *remoteReplica) bucket(ctx context.Context, b uint32, maxIDs int) (bucketInfo, error) {
+	var info bucketInfo
+	err := r.n.call(ctx, r.tag, "shard.bucket", shardRequest{DB: r.db, Shard: r.shard, Bucket: b, Limit: maxIDs}, &info)
+	return info, err
+}
+
+func (r *remoteReplica) rangeStats(ctx context.Context, from, to uint32) ([]storage.BucketStats, error) {
+	var out []storage.BucketStats
+	err := r.n.call(ctx, r.tag, "shard.range-stats", shardRequest{DB: r.db, Shard: r.shard, From: from, To: to}, &out)
+	return out, err
+}
+
+func (r *remoteReplica) conflicts(ctx context.Context, limit int) ([]storage.Conflict, error) {
+	var out []storage.Conflict
+	err := r.n.call(ctx, r.tag, "shard.conflicts", shardRequest{DB: r.db, Shard: r.shard, Limit: limit}, &out)
+	return out, err
+}
+
+// registerShardRPC installs the handlers that serve this node's replicas
+// to the other nodes.
+func (n *Node) registerShardRPC() {
+	local := func(data []byte) (*localReplica, shardRequest, error) {
+		var req shardRequest
+		if err := json.Unmarshal(data, &req); err != nil {
+			return nil, req, badRequest("decode shard request: %v", err)
+		}
+		l, err := n.local(req.DB, req.Shard)
+		return l, req, err
+	}
+	n.rpcHandlers["shard.get"] = func(ctx context.Context, data []byte) (any, error) {
+		l, req, err := local(data)
+		if err != nil {
+			return nil, err
+		}
+		docs, err := l.get(ctx, req.IDs)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]*wireDoc, len(docs))
+		for i, d := range docs {
+			out[i] = toWire(d)
+		}
+		return out, nil
+	}
+	n.rpcHandlers["shard.write"] = func(ctx context.Context, data []byte) (any, error) {
+		l, req, err := local(data)
+		if err != nil {
+			return nil, err
+		}
+		ops := make([]storage.Op, len(req.Ops))
+		for i, o := range req.Ops {
+			ops[i] = storage.Op{Kind: o.Kind, ID: o.ID, Collection: o.Collection, Body: o.Body, IfMatch: o.IfMatch}
+			if o.Kind != storage.OpPut && o.Kind != storage.OpDelete {
+				return nil, badRequest("op %d: kind %d is not a client write", i, o.Kind)
+			}
+		}
+		return l.write(ctx, ops, req.WaitFor)
+	}
+	n.rpcHandlers["shard.query"] = func(ctx context.Context, data []byte) (any, error) {
+		l, req, err := local(data)
+		if err != nil {
+			return nil, err
+		}
+		if req.Query == nil {
+			return nil, badRequest("shard.query without a query")
+		}
+		docs, err := l.query(ctx, *req.Query)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]*wireDoc, len(docs))
+		for i, d := range docs {
+			out[i] = toWire(d)
+		}
+		return out, nil
+	}
+	n.rpcHandlers["shard.stats"] = func(ctx context.Context, data []byte) (any, error) {
+		l, _, err := local(data)
+		if err != nil {
+			return nil, err
+		}
+		return l.stats(ctx)
+	}
+	n.rpcHandlers["shard.bucket"] = func(ctx context.Context, data []byte) (any, error) {
+		l, req, err := local(data)
+		if err != nil {
+			return nil, err
+		}
+		return l.bucket(ctx, req.Bucket, req.Limit)
+	}
+	n.rpcHandlers["shard.range-stats"] = func(ctx context.Context, data []byte) (any, error) {
+		l, req, err := local(data)
+		if err != nil {
+			return nil, err
+		}
+		return l.rangeStats(ctx, req.From, req.To)
+	}
+	n.rpcHandlers["shard.conflicts"] = func(ctx context.Context, data []byte) (any, error) {
+		l, req, err := local(data)
+		if err != nil {
+			return nil, err
+		}
+		return l.conflicts(ctx, req.Limit)
+	}
+	n.rpcHandlers["repl.progress"] = func(ctx context.Context, data []byte) (any, error) {
+		var req replication.ProgressRequest
+		if err := json.Unmarshal(data, &req); err != nil {
+			return nil, badRequest("decode progress request: %v", err)
+		}
+		l, err := n.local(req.DB, req.Shard)
+		if err != nil {
+			return nil, err
+		}
+		return replication.ProgressReply{Etag: l.s.ReplicationProgress(req.Source)}, nil
+	}
+	n.rpcHandlers["repl.batch"] = func(ctx context.Context, data []byte) (any, error) {
+		var b replication.Batch
+		if err := json.Unmarshal(data, &b); err != nil {
+			return nil, badRequest("decode replication batch: %v", err)
+		}
+		l, err := n.local(b.DB, b.Shard)
+		if err != nil {
+			return nil, err
+		}
+		etag, err := replication.Apply(ctx, l.s, &b)
+		return replication.ProgressReply{Etag: etag}, err
+	}
+}
+
+// local returns this node's open replica of db's shard, or a retryable
+// 503 when it does not hold one (yet).
+func (n *Node) local(db string, shard int) (*localReplica, error) {
+	s, rep, ok := n.replicas.getWithReplicator(db, shard)
+	if !ok {
+		return nil, &apiError{Status: http.StatusServiceUnavailable, Type: "ShardNotOnThisNode", Msg: fmt.Sprintf("node %s holds no open replica of shard %d of %q", n.cfg.Node.Tag, shard, db)}
+	}
+	return &localReplica{n: n, db: db, shard: shard, s: s, rep: rep}, nil
+}
+
+// busTransport carries replication over the node RPC.
+type busTransport struct{ n *Node }
+
+func (t busTransport) Progress(ctx context.Context, peer string, req *replication.ProgressRequest) (uint64, error) {
+	var r replication.ProgressReply
+	err := t.n.call(ctx, peer, "repl.progress", req, &r)
+	return r.Etag, err
+}
+
+func (t busTransport) Send(ctx context.Context, peer string, b *replication.Batch) (uint64, error) {
+	var r replication.ProgressReply
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	err := t.n.call(ctx, peer, "repl.batch", b, &r)
+	return r.Etag, err
+}
+
+// retryable reports whether a failed shard request surely did not execute,
+// so another replica may be tried.
+func retryable(err error) bool {
+	if errors.Is(err, errUnreachable) {
+		return true
+	}
+	var ae *apiError
+	return errors.As(err, &ae) && (ae.Type == "ShardNotOnThisNode" || ae.Status == http.StatusServiceUnavailable)
+}
+
+// membersByPreference orders a shard's members: up nodes first, each group
+// in topology order (the first healthy member serves by default).
+func (n *Node) membersByPreference(members []string) []string {
+	out := make([]string, 0, len(members))
+	for _, m := range members {
+		if n.health.up(m) {
+			out = append(out, m)
+		}
+	}
+	for _, m := range members {
+		if !slices.Contains(out, m) {
+			out = append(out, m)
+		}
+	}
+	return out
+}

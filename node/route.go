@@ -1,0 +1,99 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/shardnode/shardnode/bucket"
+	"github.com/shardnode/shardnode/raftfsm"
+	"github.com/shardnode/shardnode/storage"
+)
+
+// recordOf returns the current (immutable) record of db, or nil.
+func (n *Node) recordOf(db string) *raftfsm.DatabaseRecord {
+	r, _ := n.fsm.Record(db)
+	return r
+}
+
+// guardWrites refuses client writes for buckets this shard does not own:
+// during a bucket move only the owner accepts writes, and a router holding
+// an older record retries with the new one.
+func (n *Node) guardWrites(db string, shard int, ops []storage.Op) error {
+	rec := n.recordOf(db)
+	if rec == nil {
+		return notFound("DatabaseDoesNotExist", "database %q does not exist", db)
+	}
+	for _, op := range ops {
+		if owner := rec.ShardOf(bucket.ForID(op.ID)); owner != shard {
+			return &apiError{Status: http.StatusMisdirectedRequest, Type: "BucketNotOwned",
+				Msg: fmt.Sprintf("shard %d does not own the bucket of %q (shard %d does, record etag %d)", shard, op.ID, owner, rec.Etag)}
+		}
+	}
+	return nil
+}
+
+// Per-attempt deadlines: one dead replica must not use up a request's time.
+const (
+	readAttemptTimeout  = 3 * time.Second
+	writeAttemptTimeout = 10 * time.Second
+)
+
+// onShard runs fn against a replica of shard: the local replica for a
+// "{db}${n}" target, else the members in preference order until one
+// answers. Reads also move on after a timeout; writes only when the
+// request surely did not execute.
+func (n *Node) onShard(ctx context.Context, t target, shard int, read bool, fn func(shardReplica) error) error {
+	if t.shard >= 0 {
+		l, err := n.local(t.rec.DatabaseName, t.shard)
+		if err != nil {
+			return notFound("ShardNotOnThisNode", "shard %d of %q is not on node %s; it is held by %v",
+				t.shard, t.rec.DatabaseName, n.cfg.Node.Tag, t.rec.Sharding.Shards[t.shard].Members)
+		}
+		return fn(l)
+	}
+	topo, ok := t.rec.Sharding.Shards[shard]
+	if !ok {
+		return notFound("ShardDoesNotExist", "database %q has no shard %d", t.rec.DatabaseName, shard)
+	}
+	var errs []error
+	for _, tag := range n.membersByPreference(topo.Members) {
+		if ctx.Err() != nil {
+			break
+		}
+		err := n.attempt(ctx, t.rec.DatabaseName, shard, tag, read, fn)
+		if err == nil {
+			return nil
+		}
+		if !retryable(err) && !(read && errors.Is(err, errTimeout)) {
+			return err
+		}
+		errs = append(errs, err)
+	}
+	if ctx.Err() != nil {
+		errs = append(errs, ctx.Err())
+	}
+	return unavailable("no replica of shard %d of %q answered (members %v): %v", shard, t.rec.DatabaseName, topo.Members, errors.Join(errs...))
+}
+
+func (n *Node) attempt(ctx context.Context, db string, shard int, tag string, read bool, fn func(shardReplica) error) error {
+	if tag == n.cfg.Node.Tag {
+		l, err := n.local(db, shard)
+		if err != nil {
+			return err
+		}
+		return fn(l)
+	}
+	timeout := writeAttemptTimeout
+	if read {
+		timeout = readAttemptTimeout
+	}
+	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > timeout {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	return fn(&remoteReplica{n: n, tag: tag, db: db, shard: shard})
+}

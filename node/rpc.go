@@ -1,0 +1,148 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// Node-to-node requests travel over NATS request/reply: each node
+// subscribes to one subject, sn.<cluster>.rpc.<tag>, and the "Op" header
+// picks the handler. Replies carry "Status" (an HTTP status), and on
+// failure "Error-Type" and the message as the body.
+
+// errUnreachable means no node answered: nothing was executed, so the
+// caller may try another replica.
+var errUnreachable = errors.New("node unreachable")
+
+// rpcTimeout bounds a node-to-node request when the caller's context has
+// no earlier deadline.
+const rpcTimeout = 5 * time.Second
+
+// rpcHandler serves one op: it decodes data and returns a value to encode.
+type rpcHandler func(ctx context.Context, data []byte) (any, error)
+
+func (n *Node) rpcSubject(tag string) string {
+	return "sn." + n.cfg.Cluster.Name + ".rpc." + tag
+}
+
+// serveRPC subscribes this node's subject and serves each request on its
+// own goroutine, at most maxInflight at once.
+func (n *Node) serveRPC(ctx context.Context) (*nats.Subscription, error) {
+	const maxInflight = 512
+	sem := make(chan struct{}, maxInflight)
+	sub, err := n.bus.nc.Subscribe(n.rpcSubject(n.cfg.Node.Tag), func(m *nats.Msg) {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			defer func() { <-sem }()
+			n.handleRPC(ctx, m)
+		}()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("subscribe %s: %w", n.rpcSubject(n.cfg.Node.Tag), err)
+	}
+	return sub, nil
+}
+
+func (n *Node) handleRPC(ctx context.Context, m *nats.Msg) {
+	op := m.Header.Get("Op")
+	h, ok := n.rpcHandlers[op]
+	reply := nats.NewMsg(m.Reply)
+	var v any
+	var err error
+	if !ok {
+		err = badRequest("unknown node-to-node op %q", op)
+	} else {
+		if ms, perr := strconv.ParseInt(m.Header.Get("Timeout-Ms"), 10, 64); perr == nil && ms > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, time.Duration(ms)*time.Millisecond)
+			defer cancel()
+		}
+		v, err = h(ctx, m.Data)
+	}
+	if err != nil {
+		ae := toAPIError(err)
+		reply.Header.Set("Status", strconv.Itoa(ae.Status))
+		reply.Header.Set("Error-Type", ae.Type)
+		reply.Data = []byte(ae.Msg)
+	} else {
+		reply.Header.Set("Status", "200")
+		if raw, ok := v.([]byte); ok {
+			reply.Data = raw
+		} else if reply.Data, err = json.Marshal(v); err != nil {
+			reply.Header.Set("Status", "500")
+			reply.Header.Set("Error-Type", "InternalError")
+			reply.Data = []byte("encode reply: " + err.Error())
+		}
+	}
+	if err := m.RespondMsg(reply); err != nil {
+		n.logger.Debug("rpc reply failed", "op", op, "err", err)
+	}
+}
+
+// call sends op to node tag and decodes the reply into out (if non-nil).
+func (n *Node) call(ctx context.Context, tag, op string, req, out any) error {
+	data, err := json.Marshal(req)
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", op, err)
+	}
+	raw, err := n.callRaw(ctx, tag, op, data)
+	if err != nil {
+		return err
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(raw, out); err != nil {
+		return fmt.Errorf("decode %s reply from %s: %w", op, tag, err)
+	}
+	return nil
+}
+
+func (n *Node) callRaw(ctx context.Context, tag, op string, data []byte) ([]byte, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, rpcTimeout)
+		defer cancel()
+	}
+	dl, _ := ctx.Deadline()
+	m := nats.NewMsg(n.rpcSubject(tag))
+	m.Header.Set("Op", op)
+	m.Header.Set("Timeout-Ms", strconv.FormatInt(max(1, time.Until(dl).Milliseconds()), 10))
+	m.Data = data
+	reply, err := n.bus.nc.RequestMsgWithContext(ctx, m)
+	if err != nil {
+		if errors.Is(err, nats.ErrNoResponders) {
+			n.health.markDown(tag)
+			return nil, fmt.Errorf("%s to node %s: %w", op, tag, errUnreachable)
+		}
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) {
+			return nil, fmt.Errorf("%s to node %s: no reply before the deadline: %w", op, tag, errTimeout)
+		}
+		return nil, fmt.Errorf("%s to node %s: %w", op, tag, err)
+	}
+	if st := reply.Header.Get("Status"); st != "200" {
+		code, _ := strconv.Atoi(st)
+		if code == 0 {
+			code = http.StatusBadGateway
+		}
+		return nil, &apiError{Status: code, Type: reply.Header.Get("Error-Type"), Msg: string(reply.Data)}
+	}
+	return reply.Data, nil
+}
+
+// errTimeout means a node did not answer in time: the request may or may
+// not have executed there.
+var errTimeout = errors.New("timed out")

@@ -1,0 +1,67 @@
+package replication
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/shardnode/shardnode/storage"
+)
+
+// Item is one replicated document or tombstone.
+type Item struct {
+	ID           string          `json:"Id"`
+	Collection   string          `json:"Collection,omitempty"`
+	ChangeVector string          `json:"ChangeVector"`
+	LastModified time.Time       `json:"LastModified"`
+	Flags        storage.Flags   `json:"Flags,omitempty"`
+	Body         json.RawMessage `json:"Body,omitempty"`
+}
+
+// Batch is a run of one replica's feed sent to another replica of the same
+// shard.
+type Batch struct {
+	// DB and Shard name the shard.
+	DB    string `json:"Db"`
+	Shard int    `json:"Shard"`
+	// Source is the sending replica's database id; SourceTag its node.
+	Source    string `json:"Source"`
+	SourceTag string `json:"SourceTag"`
+	// Items are the changes, in the source's etag order.
+	Items []Item `json:"Items"`
+	// LastEtag is the source etag the batch covers up to (it may cover
+	// items that are not sent, such as local-only tombstones).
+	LastEtag uint64 `json:"LastEtag"`
+}
+
+// ProgressRequest asks a replica how far it applied a source's feed.
+type ProgressRequest struct {
+	DB     string `json:"Db"`
+	Shard  int    `json:"Shard"`
+	Source string `json:"Source"`
+}
+
+// ProgressReply answers ProgressRequest and Batch.
+type ProgressReply struct {
+	Etag uint64 `json:"Etag"`
+}
+
+// Apply applies a batch to the receiving replica and returns the source
+// etag it now holds. Items and progress commit together.
+func Apply(ctx context.Context, s *storage.Store, b *Batch) (uint64, error) {
+	have := s.ReplicationProgress(b.Source)
+	if b.LastEtag <= have {
+		return have, nil // a resend of what we hold
+	}
+	ops := make([]storage.Op, 0, len(b.Items)+1)
+	for _, it := range b.Items {
+		ops = append(ops, storage.Op{Kind: storage.OpReplicate, ID: it.ID, Collection: it.Collection, Body: it.Body,
+			ChangeVector: it.ChangeVector, LastModified: it.LastModified, Flags: it.Flags})
+	}
+	ops = append(ops, storage.Op{Kind: storage.OpSetProgress, Source: b.Source, Etag: b.LastEtag})
+	if _, err := s.Write(ctx, ops); err != nil {
+		return have, fmt.Errorf("apply batch from %s (%s) up to etag %d: %w", b.SourceTag, b.Source, b.LastEtag, err)
+	}
+	return b.LastEtag, nil
+}

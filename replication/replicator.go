@@ -1,0 +1,277 @@
+package replication
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/shardnode/shardnode/storage"
+)
+
+// Transport carries replication messages to a peer node.
+type Transport interface {
+	// Progress asks peer how far its replica applied source's feed.
+	Progress(ctx context.Context, peer string, req *ProgressRequest) (uint64, error)
+	// Send delivers a batch to peer's replica and returns its progress.
+	Send(ctx context.Context, peer string, b *Batch) (uint64, error)
+}
+
+// Limits of one batch.
+const (
+	maxBatchItems = 1024
+	maxBatchBytes = 4 << 20
+)
+
+// PeerStatus is one outgoing replication link as the API shows it.
+type PeerStatus struct {
+	// Peer is the receiving node's tag.
+	Peer string `json:"Peer"`
+	// AckedEtag is the last local etag the peer confirmed.
+	AckedEtag uint64 `json:"AckedEtag"`
+	// LastError is the latest failure, if the link is retrying.
+	LastError string `json:"LastError,omitempty"`
+	// Paused reports a link paused by an operator or a test.
+	Paused bool `json:"Paused,omitempty"`
+}
+
+// Replicator pushes one local replica's changes to the other replicas of
+// its shard. It owns one sender goroutine per peer.
+type Replicator struct {
+	store     *storage.Store
+	db        string
+	shard     int
+	transport Transport
+	logger    *slog.Logger
+
+	mu      sync.Mutex
+	senders map[string]*sender
+	acked   chan struct{} // closed and replaced when any peer's ack moves
+	paused  bool
+	closed  bool
+}
+
+type sender struct {
+	peer   string
+	cancel context.CancelFunc
+	done   chan struct{}
+	acked  uint64
+	err    string
+}
+
+// New returns a Replicator for store, the replica of db's shard.
+func New(store *storage.Store, db string, shard int, t Transport, logger *slog.Logger) *Replicator {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &Replicator{store: store, db: db, shard: shard, transport: t, logger: logger.With("db", db, "shard", shard),
+		senders: map[string]*sender{}, acked: make(chan struct{})}
+}
+
+// SetPeers starts a sender for each new peer and stops those no longer
+// listed.
+func (r *Replicator) SetPeers(peers []string) {
+	r.mu.Lock()
+	var stopped []*sender
+	defer func() {
+		r.mu.Unlock()
+		for _, s := range stopped { // senders take r.mu: wait outside it
+			s.cancel()
+			<-s.done
+		}
+	}()
+	if r.closed {
+		return
+	}
+	for tag, s := range r.senders {
+		if !slices.Contains(peers, tag) {
+			stopped = append(stopped, s)
+			delete(r.senders, tag)
+		}
+	}
+	for _, p := range peers {
+		if _, ok := r.senders[p]; ok {
+			continue
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		s := &sender{peer: p, cancel: cancel, done: make(chan struct{})}
+		r.senders[p] = s
+		go r.run(ctx, s)
+	}
+}
+
+// SetPaused stops (true) or resumes (false) sending; for operators
+// isolating a replica, and for tests that need replicas to diverge.
+func (r *Replicator) SetPaused(p bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.paused = p
+	r.bump()
+}
+
+// Close stops every sender and waits for them.
+func (r *Replicator) Close() {
+	r.mu.Lock()
+	r.closed = true
+	ss := r.senders
+	r.senders = map[string]*sender{}
+	r.mu.Unlock()
+	for _, s := range ss {
+		s.cancel()
+		<-s.done
+	}
+}
+
+// Status lists the outgoing links.
+func (r *Replicator) Status() []PeerStatus {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]PeerStatus, 0, len(r.senders))
+	for _, s := range r.senders {
+		out = append(out, PeerStatus{Peer: s.peer, AckedEtag: s.acked, LastError: s.err, Paused: r.paused})
+	}
+	slices.SortFunc(out, func(a, b PeerStatus) int { return cmpString(a.Peer, b.Peer) })
+	return out
+}
+
+// WaitReplicas waits until n replicas (this one included) hold the local
+// change with etag, and returns how many do when it gives up.
+func (r *Replicator) WaitReplicas(ctx context.Context, etag uint64, n int) (int, error) {
+	for {
+		r.mu.Lock()
+		have := 1
+		for _, s := range r.senders {
+			if s.acked >= etag {
+				have++
+			}
+		}
+		ch := r.acked
+		r.mu.Unlock()
+		if have >= n {
+			return have, nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return have, fmt.Errorf("only %d of %d replicas of shard %d hold etag %d: %w", have, n, r.shard, etag, ctx.Err())
+		}
+	}
+}
+
+// bump wakes waiters; r.mu is held.
+func (r *Replicator) bump() {
+	close(r.acked)
+	r.acked = make(chan struct{})
+}
+
+func (r *Replicator) isPaused() (bool, <-chan struct{}) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.paused, r.acked
+}
+
+// run is one peer's sender: learn the peer's progress, then send the feed
+// from there, waiting for new commits when caught up.
+func (r *Replicator) run(ctx context.Context, s *sender) {
+	defer close(s.done)
+	backoff := newBackoff(50*time.Millisecond, 2*time.Second)
+	known := false
+	var progress uint64
+	for ctx.Err() == nil {
+		if paused, ch := r.isPaused(); paused {
+			select {
+			case <-ch:
+			case <-ctx.Done():
+			}
+			continue
+		}
+		if !known {
+			p, err := r.transport.Progress(ctx, s.peer, &ProgressRequest{DB: r.db, Shard: r.shard, Source: r.store.DatabaseID()})
+			if err != nil {
+				r.fail(s, err)
+				backoff.wait(ctx)
+				continue
+			}
+			progress, known = p, true
+			r.ack(s, p)
+		}
+		changed := r.store.Changed() // before reading: no commit slips between
+		b, err := r.nextBatch(progress)
+		if err != nil {
+			r.fail(s, err)
+			backoff.wait(ctx)
+			continue
+		}
+		if b == nil {
+			select {
+			case <-changed:
+			case <-ctx.Done():
+			}
+			continue
+		}
+		p, err := r.transport.Send(ctx, s.peer, b)
+		if err != nil {
+			r.fail(s, err)
+			known = false
+			backoff.wait(ctx)
+			continue
+		}
+		backoff.reset()
+		progress = p
+		r.ack(s, p)
+	}
+}
+
+// nextBatch reads the feed after progress; nil when there is nothing new.
+func (r *Replicator) nextBatch(progress uint64) (*Batch, error) {
+	docs, err := r.store.Changes(progress, maxBatchItems)
+	if err != nil || len(docs) == 0 {
+		return nil, err
+	}
+	b := &Batch{DB: r.db, Shard: r.shard, Source: r.store.DatabaseID(), SourceTag: r.store.NodeTag()}
+	size := 0
+	for _, d := range docs {
+		if size > maxBatchBytes {
+			break
+		}
+		b.LastEtag = d.Etag
+		if d.Flags&storage.FlagArtificial != 0 {
+			continue // local-only: never replicates
+		}
+		b.Items = append(b.Items, Item{ID: d.ID, Collection: d.Collection, ChangeVector: d.ChangeVector, LastModified: d.LastModified, Flags: d.Flags, Body: d.Body})
+		size += len(d.Body) + len(d.ID) + len(d.ChangeVector) + 64
+	}
+	return b, nil
+}
+
+func (r *Replicator) ack(s *sender, etag uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if etag > s.acked {
+		s.acked = etag
+	}
+	s.err = ""
+	r.bump()
+}
+
+func (r *Replicator) fail(s *sender, err error) {
+	r.mu.Lock()
+	changed := s.err != err.Error()
+	s.err = err.Error()
+	r.mu.Unlock()
+	if changed {
+		r.logger.Warn("replication to peer failing; retrying", "peer", s.peer, "err", err)
+	}
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
