@@ -82,6 +82,8 @@ func toAPIError(err error) *apiError {
 		return &apiError{Status: http.StatusBadRequest, Type: "BadRequest", Msg: err.Error()}
 	case errors.Is(err, ErrNotLeader):
 		return unavailable("%v", err)
+	case errors.Is(err, errTimeout):
+		return &apiError{Status: http.StatusGatewayTimeout, Type: "Timeout", Msg: err.Error() + " (a write may or may not have been applied)"}
 	default:
 		return &apiError{Status: http.StatusInternalServerError, Type: "InternalError", Msg: err.Error()}
 	}

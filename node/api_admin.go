@@ -13,13 +13,14 @@ import (
 func (n *Node) handleHealth(w http.ResponseWriter, r *http.Request) {
 	leader, _ := n.raft.r.LeaderWithID()
 	status := http.StatusOK
-	if leader == "" {
+	if leader == "" || !n.ready.Load() {
 		status = http.StatusServiceUnavailable
 	}
 	writeJSON(w, status, map[string]any{
 		"Status":   http.StatusText(status),
 		"Node":     n.cfg.Node.Tag,
 		"Leader":   leader != "",
+		"Ready":    n.ready.Load(),
 		"Raft":     n.raft.r.State().String(),
 		"Nats":     n.bus.nc.Status().String(),
 		"UptimeMs": time.Since(n.started).Milliseconds(),
@@ -33,6 +34,7 @@ type clusterNode struct {
 	RaftAddr string `json:"RaftAddr"`
 	Status   string `json:"Status"`
 	Voter    bool   `json:"Voter"`
+	LastSeen string `json:"LastSeen,omitempty"`
 }
 
 func (n *Node) handleCluster(w http.ResponseWriter, r *http.Request) {
@@ -51,10 +53,14 @@ func (n *Node) handleCluster(w http.ResponseWriter, r *http.Request) {
 	out.Term, _ = strconv.ParseUint(n.raft.r.Stats()["term"], 10, 64)
 	for _, m := range n.fsm.Nodes() {
 		status := "Up"
-		if m.Tag != n.cfg.Node.Tag && leaderID == "" {
-			status = "Unknown"
+		if !n.health.up(m.Tag) {
+			status = "Down"
 		}
-		out.Nodes = append(out.Nodes, clusterNode{Tag: m.Tag, HttpUrl: m.HttpUrl, RaftAddr: m.RaftAddr, Status: status, Voter: voters[m.Tag]})
+		cn := clusterNode{Tag: m.Tag, HttpUrl: m.HttpUrl, RaftAddr: m.RaftAddr, Status: status, Voter: voters[m.Tag]}
+		if seen := n.health.lastSeen(m.Tag); !seen.IsZero() && m.Tag != n.cfg.Node.Tag {
+			cn.LastSeen = seen.UTC().Format(time.RFC3339Nano)
+		}
+		out.Nodes = append(out.Nodes, cn)
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
@@ -29,7 +30,7 @@ func targetShards(t target) []int {
 }
 
 // eachShard runs fn for every shard of t in parallel, each on one replica.
-func (n *Node) eachShard(ctx context.Context, t target, fn func(shard int, rep shardReplica) error) error {
+func (n *Node) eachShard(ctx context.Context, t target, fn func(ctx context.Context, shard int, rep shardReplica) error) error {
 	shards := targetShards(t)
 	errs := make([]error, len(shards))
 	var wg sync.WaitGroup
@@ -37,7 +38,7 @@ func (n *Node) eachShard(ctx context.Context, t target, fn func(shard int, rep s
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = n.onShard(ctx, t, sn, true, func(rep shardReplica) error { return fn(sn, rep) })
+			errs[i] = n.onShard(ctx, t, sn, true, func(ctx context.Context, rep shardReplica) error { return fn(ctx, sn, rep) })
 		}()
 	}
 	wg.Wait()
@@ -56,8 +57,8 @@ func (n *Node) handleStats(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if t.shard >= 0 {
-		err := n.onShard(r.Context(), t, t.shard, true, func(rep shardReplica) error {
-			st, err := rep.stats(r.Context())
+		err := n.onShard(r.Context(), t, t.shard, true, func(ctx context.Context, rep shardReplica) error {
+			st, err := rep.stats(ctx)
 			if err != nil {
 				return err
 			}
@@ -85,8 +86,8 @@ func (n *Node) handleStats(w http.ResponseWriter, r *http.Request) {
 	shards := targetShards(t)
 	out := make([]shardStats, len(shards))
 	var mu sync.Mutex
-	err = n.eachShard(r.Context(), t, func(sn int, rep shardReplica) error {
-		st, err := rep.stats(r.Context())
+	err = n.eachShard(r.Context(), t, func(ctx context.Context, sn int, rep shardReplica) error {
+		st, err := rep.stats(ctx)
 		if err != nil {
 			return err
 		}
@@ -174,8 +175,8 @@ func (n *Node) handleBucketsReport(w http.ResponseWriter, r *http.Request) {
 		out[i] = reportGroup{From: uint32(start), To: uint32(end), Shards: ownersOf(t, uint32(start), uint32(end))}
 	}
 	var mu sync.Mutex
-	err = n.eachShard(r.Context(), t, func(sn int, rep shardReplica) error {
-		stats, err := rep.rangeStats(r.Context(), from, to)
+	err = n.eachShard(r.Context(), t, func(ctx context.Context, sn int, rep shardReplica) error {
+		stats, err := rep.rangeStats(ctx, from, to)
 		if err != nil {
 			return err
 		}
@@ -238,8 +239,8 @@ func (n *Node) handleBucket(w http.ResponseWriter, r *http.Request) {
 	var cv changevector.Vector
 	ids := []string{}
 	var mu sync.Mutex
-	err = n.eachShard(r.Context(), t, func(sn int, rep shardReplica) error {
-		info, err := rep.bucket(r.Context(), b, maxBucketDocIDs)
+	err = n.eachShard(r.Context(), t, func(ctx context.Context, sn int, rep shardReplica) error {
+		info, err := rep.bucket(ctx, b, maxBucketDocIDs)
 		if err != nil {
 			return err
 		}
@@ -295,12 +296,15 @@ func (n *Node) handleConflicts(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	// A conflict seen by both replicas is recorded by both: list it once,
+	// with every replica that resolved it.
 	type entry struct {
-		Shard      int    `json:"Shard"`
-		ResolvedOn string `json:"ResolvedOn"`
+		Shard      int      `json:"Shard"`
+		ResolvedOn []string `json:"ResolvedOn"`
 		storage.Conflict
 	}
 	out := []entry{}
+	seen := map[string]int{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	var errs []error
@@ -312,7 +316,9 @@ func (n *Node) handleConflicts(w http.ResponseWriter, r *http.Request) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				cs, err := n.replicaOn(t.rec.DatabaseName, sn, tag).conflicts(r.Context(), maxConflicts)
+				ctx, cancel := context.WithTimeout(r.Context(), readAttemptTimeout)
+				defer cancel()
+				cs, err := n.replicaOn(t.rec.DatabaseName, sn, tag).conflicts(ctx, maxConflicts)
 				mu.Lock()
 				defer mu.Unlock()
 				if err != nil {
@@ -320,7 +326,14 @@ func (n *Node) handleConflicts(w http.ResponseWriter, r *http.Request) {
 					return
 				}
 				for _, c := range cs {
-					out = append(out, entry{sn, tag, c})
+					key := fmt.Sprintf("%d\x00%s\x00%s\x00%s", sn, c.ID, c.ChangeVector, c.ResolvedTo)
+					if i, ok := seen[key]; ok {
+						out[i].ResolvedOn = append(out[i].ResolvedOn, tag)
+						slices.Sort(out[i].ResolvedOn)
+						continue
+					}
+					seen[key] = len(out)
+					out = append(out, entry{sn, []string{tag}, c})
 				}
 			}()
 		}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/shardnode/shardnode/bucket"
 	"github.com/shardnode/shardnode/changevector"
@@ -88,8 +89,8 @@ func (n *Node) handleGetDocs(w http.ResponseWriter, r *http.Request) {
 			for k, i := range idx {
 				want[k] = ids[i]
 			}
-			err := n.onShard(r.Context(), t, shard, true, func(rep shardReplica) error {
-				got, err := rep.get(r.Context(), want)
+			err := n.onShard(r.Context(), t, shard, true, func(ctx context.Context, rep shardReplica) error {
+				got, err := rep.get(ctx, want)
 				if err != nil {
 					return err
 				}
@@ -167,12 +168,12 @@ func (n *Node) handlePutDoc(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badRequest("document %q: %v", id, err))
 		return
 	}
-	waitFor, err := n.waitForParam(r, t)
+	wc, err := n.waitForParam(r, t)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	res, err := n.writeOps(r.Context(), t, []storage.Op{{Kind: storage.OpPut, ID: id, Collection: p.Collection, Body: p.Body, IfMatch: im}}, waitFor)
+	res, err := n.writeOps(r.Context(), t, []storage.Op{{Kind: storage.OpPut, ID: id, Collection: p.Collection, Body: p.Body, IfMatch: im}}, wc)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -200,12 +201,12 @@ func (n *Node) handleDeleteDoc(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	waitFor, err := n.waitForParam(r, t)
+	wc, err := n.waitForParam(r, t)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	if _, err := n.writeOps(r.Context(), t, []storage.Op{{Kind: storage.OpDelete, ID: id, IfMatch: im}}, waitFor); err != nil {
+	if _, err := n.writeOps(r.Context(), t, []storage.Op{{Kind: storage.OpDelete, ID: id, IfMatch: im}}, wc); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -215,7 +216,7 @@ func (n *Node) handleDeleteDoc(w http.ResponseWriter, r *http.Request) {
 // writeOps groups ops by shard and writes each group atomically on its
 // shard, shards in parallel; results come back in the ops' order. Groups on
 // different shards commit independently.
-func (n *Node) writeOps(ctx context.Context, t target, ops []storage.Op, waitFor int) ([]storage.Result, error) {
+func (n *Node) writeOps(ctx context.Context, t target, ops []storage.Op, wc writeConcern) ([]storage.Result, error) {
 	type group struct {
 		shard int
 		idx   []int
@@ -241,7 +242,7 @@ func (n *Node) writeOps(ctx context.Context, t target, ops []storage.Op, waitFor
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[gi] = n.writeShard(ctx, t, g.shard, g.ops, waitFor, func(res []storage.Result) {
+			errs[gi] = n.writeShard(ctx, t, g.shard, g.ops, wc, func(res []storage.Result) {
 				for k, i := range g.idx {
 					results[i] = res[k]
 				}
@@ -315,12 +316,12 @@ func (n *Node) handleBulkDocs(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	waitFor, err := n.waitForParam(r, t)
+	wc, err := n.waitForParam(r, t)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	res, err := n.writeOps(r.Context(), t, ops, waitFor)
+	res, err := n.writeOps(r.Context(), t, ops, wc)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -392,9 +393,13 @@ func appendBulkResult(out []byte, r storage.Result) []byte {
 }
 
 // writeShard writes one shard's group through a replica of that shard.
-func (n *Node) writeShard(ctx context.Context, t target, shard int, ops []storage.Op, waitFor int, done func([]storage.Result)) error {
-	err := n.onShard(ctx, t, shard, false, func(rep shardReplica) error {
-		res, err := rep.write(ctx, ops, waitFor)
+func (n *Node) writeShard(ctx context.Context, t target, shard int, ops []storage.Op, wc writeConcern, done func([]storage.Result)) error {
+	var extra time.Duration
+	if wc.Replicas > 1 {
+		extra = wc.Timeout
+	}
+	err := n.onShardWithin(ctx, t, shard, false, extra, func(ctx context.Context, rep shardReplica) error {
+		res, err := rep.write(ctx, ops, wc)
 		if err != nil {
 			return err
 		}
@@ -410,16 +415,38 @@ func (n *Node) writeShard(ctx context.Context, t target, shard int, ops []storag
 	return nil
 }
 
-// waitForParam reads ?waitForReplicas=N: the write is acknowledged only
-// once N replicas of its shard hold it.
-func (n *Node) waitForParam(r *http.Request, t target) (int, error) {
-	v := r.URL.Query().Get("waitForReplicas")
-	if v == "" {
-		return 1, nil
+// writeConcern is how many replicas must hold a write before it is
+// acknowledged, and how long to wait for them.
+type writeConcern struct {
+	Replicas int
+	Timeout  time.Duration
+}
+
+// Bounds of ?waitForReplicasTimeout.
+const (
+	defaultReplicasTimeout = 10 * time.Second
+	maxReplicasTimeout     = 120 * time.Second
+)
+
+// waitForParam reads ?waitForReplicas=N (the write is acknowledged only
+// once N replicas of its shard hold it) and ?waitForReplicasTimeout (a Go
+// duration such as 2s; default 10s).
+func (n *Node) waitForParam(r *http.Request, t target) (writeConcern, error) {
+	wc := writeConcern{Replicas: 1, Timeout: defaultReplicasTimeout}
+	q := r.URL.Query()
+	if v := q.Get("waitForReplicas"); v != "" {
+		w, err := strconv.Atoi(v)
+		if err != nil || w < 1 || w > t.rec.ReplicationFactor {
+			return wc, badRequest("waitForReplicas %q: must be 1..%d (the database's replication factor)", v, t.rec.ReplicationFactor)
+		}
+		wc.Replicas = w
 	}
-	w, err := strconv.Atoi(v)
-	if err != nil || w < 1 || w > t.rec.ReplicationFactor {
-		return 0, badRequest("waitForReplicas %q: must be 1..%d (the database's replication factor)", v, t.rec.ReplicationFactor)
+	if v := q.Get("waitForReplicasTimeout"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 || d > maxReplicasTimeout {
+			return wc, badRequest("waitForReplicasTimeout %q: must be a duration such as 2s, at most %v", v, maxReplicasTimeout)
+		}
+		wc.Timeout = d
 	}
-	return w, nil
+	return wc, nil
 }

@@ -114,7 +114,7 @@ func (n *Node) handleQuery(w http.ResponseWriter, r *http.Request) {
 // its bucket moves is counted once.
 func (n *Node) queryShard(ctx context.Context, t target, shard int, req queryRequest) ([]queryHit, error) {
 	var docs []*storage.Document
-	err := n.onShard(ctx, t, shard, true, func(rep shardReplica) error {
+	err := n.onShard(ctx, t, shard, true, func(ctx context.Context, rep shardReplica) error {
 		var err error
 		docs, err = rep.query(ctx, queryArgs{Query: req.Query, Params: req.QueryParameters, OwnerOnly: t.shard < 0})
 		return err

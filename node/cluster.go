@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -257,7 +258,55 @@ func (n *Node) propose(ctx context.Context, cmd raftfsm.Command) error {
 	if err := n.waitApplied(ctx, index); err != nil {
 		return err
 	}
-	return n.replicas.waitFor(ctx, index)
+	if err := n.replicas.waitFor(ctx, index); err != nil {
+		return err
+	}
+	n.waitMembers(ctx, index)
+	return nil
+}
+
+// waitMembers waits (bounded by ctx) until every up member node applied
+// index and opened its replicas, so a database is usable through any node
+// once its creation is acknowledged. Unreachable nodes are skipped: they
+// catch up when they return.
+func (n *Node) waitMembers(ctx context.Context, index uint64) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, m := range n.fsm.Nodes() {
+		if m.Tag == n.cfg.Node.Tag || !n.health.up(m.Tag) {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := n.call(ctx, m.Tag, "node.applied", appliedRequest{Index: index}, nil); err != nil {
+				n.logger.Warn("member did not confirm raft index", "member", m.Tag, "index", index, "err", err)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// appliedRequest asks a node to confirm it applied a raft index.
+type appliedRequest struct {
+	Index uint64 `json:"Index"`
+}
+
+func (n *Node) registerClusterRPC() {
+	n.rpcHandlers["node.applied"] = func(ctx context.Context, data []byte) (any, error) {
+		var req appliedRequest
+		if err := json.Unmarshal(data, &req); err != nil {
+			return nil, badRequest("decode applied request: %v", err)
+		}
+		if err := n.waitApplied(ctx, req.Index); err != nil {
+			return nil, unavailable("%v", err)
+		}
+		if err := n.replicas.waitFor(ctx, req.Index); err != nil {
+			return nil, unavailable("%v", err)
+		}
+		return struct{}{}, nil
+	}
 }
 
 // waitApplied waits until the local FSM applied index.

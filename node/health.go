@@ -22,10 +22,36 @@ type health struct {
 	self string
 	mu   sync.RWMutex
 	seen map[string]time.Time
+	down map[string]chan struct{} // closed when the node is found down
 }
 
 func newHealth(self string) *health {
-	return &health{self: self, seen: map[string]time.Time{}}
+	return &health{self: self, seen: map[string]time.Time{}, down: map[string]chan struct{}{}}
+}
+
+// downSignal returns a channel closed when tag is next found down, so a
+// request in flight to a node that died stops waiting for its reply.
+func (h *health) downSignal(tag string) <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ch, ok := h.down[tag]
+	if !ok {
+		ch = make(chan struct{})
+		h.down[tag] = ch
+	}
+	return ch
+}
+
+// sweep fires the down signal of every node not heard from in time.
+func (h *health) sweep() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for tag, ch := range h.down {
+		if time.Since(h.seen[tag]) >= downAfter {
+			close(ch)
+			delete(h.down, tag)
+		}
+	}
 }
 
 func (h *health) heard(tag string) {
@@ -37,6 +63,10 @@ func (h *health) heard(tag string) {
 func (h *health) markDown(tag string) {
 	h.mu.Lock()
 	delete(h.seen, tag)
+	if ch, ok := h.down[tag]; ok {
+		close(ch)
+		delete(h.down, tag)
+	}
 	h.mu.Unlock()
 }
 
@@ -72,6 +102,7 @@ func (n *Node) runHeartbeats(ctx context.Context) {
 	defer t.Stop()
 	for {
 		_ = n.bus.nc.Publish(n.heartbeatSubject(), []byte(n.cfg.Node.Tag))
+		n.health.sweep()
 		select {
 		case <-ctx.Done():
 			return

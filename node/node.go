@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -37,6 +38,7 @@ type Node struct {
 	httpSrv *http.Server
 
 	started time.Time
+	ready   atomic.Bool // Start finished: the node serves its databases
 	regKick chan struct{}
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
@@ -65,6 +67,7 @@ func Start(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Nod
 		return nil, err
 	}
 	n.registerShardRPC()
+	n.registerClusterRPC()
 	if _, err := n.serveRPC(runCtx); err != nil {
 		return nil, err
 	}
@@ -101,6 +104,7 @@ func Start(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Nod
 	if err := n.waitCaughtUp(wctx); err != nil {
 		return nil, err
 	}
+	n.ready.Store(true)
 	logger.Info("node started", "http", n.HTTPAddr(), "raft", n.raft.transport.LocalAddr(), "nats", n.bus.clientURL())
 	return n, nil
 }

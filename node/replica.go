@@ -21,7 +21,7 @@ import (
 type shardReplica interface {
 	node() string
 	get(ctx context.Context, ids []string) ([]*storage.Document, error)
-	write(ctx context.Context, ops []storage.Op, waitFor int) ([]storage.Result, error)
+	write(ctx context.Context, ops []storage.Op, wc writeConcern) ([]storage.Result, error)
 	query(ctx context.Context, q queryArgs) ([]*storage.Document, error)
 	stats(ctx context.Context) (replicaStats, error)
 	bucket(ctx context.Context, b uint32, maxIDs int) (bucketInfo, error)
@@ -82,12 +82,12 @@ func (l *localReplica) get(_ context.Context, ids []string) ([]*storage.Document
 	return out, nil
 }
 
-func (l *localReplica) write(ctx context.Context, ops []storage.Op, waitFor int) ([]storage.Result, error) {
+func (l *localReplica) write(ctx context.Context, ops []storage.Op, wc writeConcern) ([]storage.Result, error) {
 	if err := l.n.guardWrites(l.db, l.shard, ops); err != nil {
 		return nil, err
 	}
 	res, err := l.s.Write(ctx, ops)
-	if err != nil || waitFor <= 1 {
+	if err != nil || wc.Replicas <= 1 {
 		return res, err
 	}
 	var last uint64
@@ -97,9 +97,11 @@ func (l *localReplica) write(ctx context.Context, ops []storage.Op, waitFor int)
 	if last == 0 {
 		return res, nil // nothing changed: nothing to wait for
 	}
-	if have, err := l.rep.WaitReplicas(ctx, last, waitFor); err != nil {
+	wctx, cancel := context.WithTimeout(ctx, wc.Timeout)
+	defer cancel()
+	if have, err := l.rep.WaitReplicas(wctx, last, wc.Replicas); err != nil {
 		return nil, &apiError{Status: http.StatusGatewayTimeout, Type: "ReplicationTimeout",
-			Msg: fmt.Sprintf("the write is durable on node %s but only %d of the %d replicas asked for (waitForReplicas) held it before the timeout", l.node(), have, waitFor)}
+			Msg: fmt.Sprintf("the write is durable on node %s but only %d of the %d replicas asked for (waitForReplicas) held it within %v", l.node(), have, wc.Replicas, wc.Timeout)}
 	}
 	return res, nil
 }
@@ -193,17 +195,18 @@ type remoteReplica struct {
 
 // shardRequest is the envelope of every shard op sent to another node.
 type shardRequest struct {
-	DB      string        `json:"Db"`
-	Shard   int           `json:"Shard"`
-	IDs     []string      `json:"Ids,omitempty"`
-	Ops     []wireOp      `json:"Ops,omitempty"`
-	WaitFor int           `json:"WaitFor,omitempty"`
-	Query   *queryArgs    `json:"Query,omitempty"`
-	Bucket  uint32        `json:"Bucket,omitempty"`
-	From    uint32        `json:"From,omitempty"`
-	To      uint32        `json:"To,omitempty"`
-	Limit   int           `json:"Limit,omitempty"`
-	Timeout time.Duration `json:"-"`
+	DB          string        `json:"Db"`
+	Shard       int           `json:"Shard"`
+	IDs         []string      `json:"Ids,omitempty"`
+	Ops         []wireOp      `json:"Ops,omitempty"`
+	WaitFor     int           `json:"WaitFor,omitempty"`
+	WaitTimeout time.Duration `json:"WaitTimeout,omitempty"`
+	Query       *queryArgs    `json:"Query,omitempty"`
+	Bucket      uint32        `json:"Bucket,omitempty"`
+	From        uint32        `json:"From,omitempty"`
+	To          uint32        `json:"To,omitempty"`
+	Limit       int           `json:"Limit,omitempty"`
+	Timeout     time.Duration `json:"-"`
 }
 
 // wireDoc is a document on the bus: its body stays raw JSON.
@@ -255,13 +258,13 @@ func (r *remoteReplica) get(ctx context.Context, ids []string) ([]*storage.Docum
 	return out, nil
 }
 
-func (r *remoteReplica) write(ctx context.Context, ops []storage.Op, waitFor int) ([]storage.Result, error) {
+func (r *remoteReplica) write(ctx context.Context, ops []storage.Op, wc writeConcern) ([]storage.Result, error) {
 	w := make([]wireOp, len(ops))
 	for i, op := range ops {
 		w[i] = wireOp{op.Kind, op.ID, op.Collection, op.Body, op.IfMatch}
 	}
 	var res []storage.Result
-	err := r.n.call(ctx, r.tag, "shard.write", shardRequest{DB: r.db, Shard: r.shard, Ops: w, WaitFor: waitFor}, &res)
+	err := r.n.call(ctx, r.tag, "shard.write", shardRequest{DB: r.db, Shard: r.shard, Ops: w, WaitFor: wc.Replicas, WaitTimeout: wc.Timeout}, &res)
 	return res, err
 }
 
@@ -339,7 +342,7 @@ func (n *Node) registerShardRPC() {
 				return nil, badRequest("op %d: kind %d is not a client write", i, o.Kind)
 			}
 		}
-		return l.write(ctx, ops, req.WaitFor)
+		return l.write(ctx, ops, writeConcern{Replicas: req.WaitFor, Timeout: req.WaitTimeout})
 	}
 	n.rpcHandlers["shard.query"] = func(ctx context.Context, data []byte) (any, error) {
 		l, req, err := local(data)
@@ -416,10 +419,28 @@ func (n *Node) registerShardRPC() {
 // 503 when it does not hold one (yet).
 func (n *Node) local(db string, shard int) (*localReplica, error) {
 	s, rep, ok := n.replicas.getWithReplicator(db, shard)
+	if !ok && n.shouldHold(db, shard) {
+		// The record says this node holds it: the replica is opening.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = n.replicas.waitFor(ctx, n.fsm.AppliedIndex())
+		cancel()
+		s, rep, ok = n.replicas.getWithReplicator(db, shard)
+	}
 	if !ok {
 		return nil, &apiError{Status: http.StatusServiceUnavailable, Type: "ShardNotOnThisNode", Msg: fmt.Sprintf("node %s holds no open replica of shard %d of %q", n.cfg.Node.Tag, shard, db)}
 	}
 	return &localReplica{n: n, db: db, shard: shard, s: s, rep: rep}, nil
+}
+
+// shouldHold reports whether the current record makes this node a member
+// of db's shard.
+func (n *Node) shouldHold(db string, shard int) bool {
+	rec := n.recordOf(db)
+	if rec == nil {
+		return false
+	}
+	t, ok := rec.Sharding.Shards[shard]
+	return ok && slices.Contains(t.Members, n.cfg.Node.Tag)
 }
 
 // busTransport carries replication over the node RPC.

@@ -45,14 +45,20 @@ const (
 // "{db}${n}" target, else the members in preference order until one
 // answers. Reads also move on after a timeout; writes only when the
 // request surely did not execute.
-func (n *Node) onShard(ctx context.Context, t target, shard int, read bool, fn func(shardReplica) error) error {
+func (n *Node) onShard(ctx context.Context, t target, shard int, read bool, fn func(context.Context, shardReplica) error) error {
+	return n.onShardWithin(ctx, t, shard, read, 0, fn)
+}
+
+// onShardWithin is onShard with extra time per attempt (a write that waits
+// for replicas needs that wait on top of the write itself).
+func (n *Node) onShardWithin(ctx context.Context, t target, shard int, read bool, extra time.Duration, fn func(context.Context, shardReplica) error) error {
 	if t.shard >= 0 {
 		l, err := n.local(t.rec.DatabaseName, t.shard)
 		if err != nil {
 			return notFound("ShardNotOnThisNode", "shard %d of %q is not on node %s; it is held by %v",
 				t.shard, t.rec.DatabaseName, n.cfg.Node.Tag, t.rec.Sharding.Shards[t.shard].Members)
 		}
-		return fn(l)
+		return fn(ctx, l)
 	}
 	topo, ok := t.rec.Sharding.Shards[shard]
 	if !ok {
@@ -63,7 +69,7 @@ func (n *Node) onShard(ctx context.Context, t target, shard int, read bool, fn f
 		if ctx.Err() != nil {
 			break
 		}
-		err := n.attempt(ctx, t.rec.DatabaseName, shard, tag, read, fn)
+		err := n.attempt(ctx, t.rec.DatabaseName, shard, tag, read, extra, fn)
 		if err == nil {
 			return nil
 		}
@@ -78,22 +84,22 @@ func (n *Node) onShard(ctx context.Context, t target, shard int, read bool, fn f
 	return unavailable("no replica of shard %d of %q answered (members %v): %v", shard, t.rec.DatabaseName, topo.Members, errors.Join(errs...))
 }
 
-func (n *Node) attempt(ctx context.Context, db string, shard int, tag string, read bool, fn func(shardReplica) error) error {
+func (n *Node) attempt(ctx context.Context, db string, shard int, tag string, read bool, extra time.Duration, fn func(context.Context, shardReplica) error) error {
 	if tag == n.cfg.Node.Tag {
 		l, err := n.local(db, shard)
 		if err != nil {
 			return err
 		}
-		return fn(l)
+		return fn(ctx, l)
 	}
-	timeout := writeAttemptTimeout
+	timeout := writeAttemptTimeout + extra
 	if read {
-		timeout = readAttemptTimeout
+		timeout = readAttemptTimeout + extra
 	}
 	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > timeout {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	return fn(&remoteReplica{n: n, tag: tag, db: db, shard: shard})
+	return fn(ctx, &remoteReplica{n: n, tag: tag, db: db, shard: shard})
 }

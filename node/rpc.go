@@ -122,8 +122,27 @@ func (n *Node) callRaw(ctx context.Context, tag, op string, data []byte) ([]byte
 	m.Header.Set("Op", op)
 	m.Header.Set("Timeout-Ms", strconv.FormatInt(max(1, time.Until(dl).Milliseconds()), 10))
 	m.Data = data
-	reply, err := n.bus.nc.RequestMsgWithContext(ctx, m)
+	// A node that dies with our request in flight never answers: stop
+	// waiting as soon as it is found down.
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	down := n.health.downSignal(tag)
+	wentDown := make(chan struct{})
+	go func() {
+		select {
+		case <-down:
+			close(wentDown)
+			cancel()
+		case <-rctx.Done():
+		}
+	}()
+	reply, err := n.bus.nc.RequestMsgWithContext(rctx, m)
 	if err != nil {
+		select {
+		case <-wentDown:
+			return nil, fmt.Errorf("%s to node %s: the node went down before answering: %w", op, tag, errTimeout)
+		default:
+		}
 		if errors.Is(err, nats.ErrNoResponders) {
 			n.health.markDown(tag)
 			return nil, fmt.Errorf("%s to node %s: %w", op, tag, errUnreachable)

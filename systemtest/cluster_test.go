@@ -1,0 +1,238 @@
+package systemtest
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shardnode/shardnode/testcluster"
+)
+
+func TestReplicasConvergeAndAnyNodeServes(t *testing.T) {
+	for _, external := range []bool{false, true} {
+		t.Run(fmt.Sprintf("externalNATS=%v", external), func(t *testing.T) {
+			c := testcluster.Start(t, testcluster.Options{Nodes: 3, ExternalNATS: external})
+			A, C := c.URL(0), c.URL(2)
+			rec := testcluster.Must(t, 201, "PUT", A+"/admin/databases/db", `{"Shards":3,"ReplicationFactor":2}`).JSON(t)
+			shards := rec["Sharding"].(map[string]any)["Shards"].(map[string]any)
+			count := map[string]int{}
+			for _, s := range shards {
+				ms := s.(map[string]any)["Members"].([]any)
+				if len(ms) != 2 || ms[0] == ms[1] {
+					t.Fatalf("members %v", ms)
+				}
+				for _, m := range ms {
+					count[m.(string)]++
+				}
+			}
+			if count["A"] != 2 || count["B"] != 2 || count["C"] != 2 {
+				t.Fatalf("replicas not spread evenly: %v", count)
+			}
+			testcluster.Must(t, 400, "PUT", C+"/admin/databases/toomany", `{"Shards":1,"ReplicationFactor":4}`)
+			// The record is visible on every node.
+			testcluster.Must(t, 200, "GET", c.URL(1)+"/admin/databases/db", "")
+
+			testcluster.Must(t, 201, "PUT", A+"/databases/db/docs?id=users/1", `{"Name":"Ada","@metadata":{"@collection":"Users"}}`)
+			got := testcluster.Must(t, 200, "GET", C+"/databases/db/docs?id=users/1", "").JSON(t)
+			if got["Results"].([]any)[0].(map[string]any)["Name"] != "Ada" {
+				t.Fatalf("read through C: %v", got)
+			}
+			// A write load through every node.
+			var wg sync.WaitGroup
+			for w := 0; w < 6; w++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					url := c.URL(w % 3)
+					for i := 0; i < 40; i++ {
+						testcluster.Must(t, 201, "PUT", fmt.Sprintf("%s/databases/db/docs?id=w%d/%d", url, w, i), fmt.Sprintf(`{"W":%d,"I":%d}`, w, i))
+						if i%10 == 0 {
+							testcluster.Must(t, 204, "DELETE", fmt.Sprintf("%s/databases/db/docs?id=w%d/%d", url, w, i), "")
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			testcluster.WaitFor(t, 30*time.Second, "replicas to converge", func() error { return converged(t, c, "db") })
+			q := testcluster.Must(t, 200, "POST", c.URL(1)+"/databases/db/queries", `{"Query":"from @all_docs"}`).JSON(t)
+			if q["TotalResults"] != float64(1+6*36) {
+				t.Fatalf("query through B counts %v documents", q["TotalResults"])
+			}
+		})
+	}
+}
+
+func TestWaitForReplicas(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{Nodes: 2})
+	testcluster.Must(t, 201, "PUT", c.URL(0)+"/admin/databases/db", `{"Shards":1,"ReplicationFactor":2}`)
+	testcluster.Must(t, 201, "PUT", c.URL(1)+"/databases/db/docs?id=x&waitForReplicas=2", `{"v":1}`)
+	// Both replicas hold it the moment the write is acknowledged.
+	for i := range c.Members {
+		testcluster.Must(t, 200, "GET", fmt.Sprintf("%s/databases/db$0/docs?id=x", c.URL(i)), "")
+	}
+	testcluster.Must(t, 400, "PUT", c.URL(0)+"/databases/db/docs?id=x&waitForReplicas=3", `{"v":1}`)
+}
+
+// TestKillDuringReplicatedLoadLosesNothing writes with waitForReplicas=2
+// while one node is killed with SIGKILL; every acknowledged write must be
+// there afterwards, and the restarted node catches up.
+func TestKillDuringReplicatedLoadLosesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("process cluster")
+	}
+	c := testcluster.Start(t, testcluster.Options{Nodes: 3, Mode: testcluster.Processes})
+	testcluster.Must(t, 201, "PUT", c.URL(0)+"/admin/databases/db", `{"Shards":3,"ReplicationFactor":2}`)
+	var mu sync.Mutex
+	acked := map[string]int{}
+	ackCount := 0
+	outcomes := map[string]int{}
+	defer func() {
+		if t.Failed() {
+			t.Logf("outcomes: %v", outcomes)
+		}
+	}()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			url := c.URL(w % 2) // A and B; C gets killed
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				id := fmt.Sprintf("w%d/%d", w, i%100)
+				start := time.Now()
+				r, err := testcluster.Do("PUT", fmt.Sprintf("%s/databases/db/docs?id=%s&waitForReplicas=2&waitForReplicasTimeout=500ms", url, id), fmt.Sprintf(`{"v":%d}`, i))
+				mu.Lock()
+				if err == nil && r.Status == 201 {
+					acked[id] = i
+					ackCount++
+				}
+				if err != nil {
+					outcomes[err.Error()]++
+				} else {
+					key := fmt.Sprintf("%d %s", r.Status, time.Since(start).Round(100*time.Millisecond))
+					if r.Status != 201 {
+						key += " " + string(r.Body[:min(len(r.Body), 160)])
+					}
+					outcomes[key]++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	count := func() int { mu.Lock(); defer mu.Unlock(); return ackCount }
+	testcluster.WaitFor(t, 30*time.Second, "a write load", func() error {
+		if n := count(); n < 200 {
+			return fmt.Errorf("%d acked", n)
+		}
+		return nil
+	})
+	c.Members[2].Kill()
+	before := count()
+	testcluster.WaitFor(t, 60*time.Second, "writes to go on without C", func() error {
+		if n := count(); n < before+200 {
+			return fmt.Errorf("%d acked since the kill", n-before)
+		}
+		return nil
+	})
+	close(stop)
+	wg.Wait()
+	c.Members[2].Start()
+	testcluster.WaitFor(t, 60*time.Second, "replicas to converge after restart", func() error { return converged(t, c, "db") })
+	for id, v := range acked {
+		for i := range c.Members {
+			r := testcluster.Must(t, 200, "GET", fmt.Sprintf("%s/databases/db/docs?id=%s", c.URL(i), id), "").JSON(t)
+			got := r["Results"].([]any)[0].(map[string]any)["v"].(float64)
+			if int(got) < v {
+				t.Fatalf("%s through %s: v=%v, acknowledged %d", id, c.Members[i].Tag, got, v)
+			}
+		}
+	}
+	t.Logf("%d acknowledged ids all present on every node", len(acked))
+}
+
+// TestPartitionedWritesConverge writes the same id on both replicas of a
+// shard while they cannot reach each other; once they can, both hold the
+// later write and the earlier one is recorded as the conflict's loser.
+func TestPartitionedWritesConverge(t *testing.T) {
+	if testing.Short() {
+		t.Skip("process cluster")
+	}
+	c := testcluster.Start(t, testcluster.Options{Nodes: 3, Mode: testcluster.Processes})
+	rec := testcluster.Must(t, 201, "PUT", c.URL(2)+"/admin/databases/db", `{"Shards":1,"ReplicationFactor":2}`).JSON(t)
+	members := rec["Sharding"].(map[string]any)["Shards"].(map[string]any)["0"].(map[string]any)["Members"].([]any)
+	if fmt.Sprint(members) != "[A B]" {
+		t.Fatalf("members %v", members)
+	}
+	A, B, C := c.Members[0], c.Members[1], c.Members[2]
+	testcluster.Must(t, 201, "PUT", C.URL()+"/databases/db/docs?id=x&waitForReplicas=2", `{"v":"base"}`)
+	B.Stop()
+	testcluster.Must(t, 201, "PUT", C.URL()+"/databases/db/docs?id=x", `{"v":"on A"}`)
+	A.Stop()
+	B.Start()
+	testcluster.WaitFor(t, 30*time.Second, "the write to reach B", func() error {
+		_, err := testcluster.Expect(201, "PUT", C.URL()+"/databases/db/docs?id=x", `{"v":"on B"}`)
+		return err
+	})
+	A.Start()
+	testcluster.WaitFor(t, 30*time.Second, "the replicas to converge", func() error { return converged(t, c, "db") })
+	for _, m := range []*testcluster.Member{A, B} {
+		d := testcluster.Must(t, 200, "GET", m.URL()+"/databases/db$0/docs?id=x", "").JSON(t)
+		if v := d["Results"].([]any)[0].(map[string]any)["v"]; v != "on B" {
+			t.Fatalf("%s holds %v, want the later write", m.Tag, v)
+		}
+	}
+	cs := testcluster.Must(t, 200, "GET", C.URL()+"/databases/db/conflicts", "").JSON(t)
+	if cs["TotalResults"] != float64(1) || !strings.Contains(string(mustJSON(cs)), `"on A"`) {
+		t.Fatalf("conflicts %v", cs)
+	}
+}
+
+// TestServesEveryShardAfterANodeDies kills one of three nodes: reads and
+// writes for every shard go on, and /cluster reports the node down.
+func TestServesEveryShardAfterANodeDies(t *testing.T) {
+	if testing.Short() {
+		t.Skip("process cluster")
+	}
+	c := testcluster.Start(t, testcluster.Options{Nodes: 3, Mode: testcluster.Processes})
+	testcluster.Must(t, 201, "PUT", c.URL(0)+"/admin/databases/db", `{"Shards":3,"ReplicationFactor":2}`)
+	ids := map[int]string{}
+	for i := 0; len(ids) < 3; i++ {
+		id := fmt.Sprintf("doc/%d", i)
+		r := testcluster.Must(t, 200, "GET", c.URL(0)+"/databases/db/sharding/bucket?id="+id, "").JSON(t)
+		s := int(r["Shard"].(float64))
+		if _, ok := ids[s]; !ok {
+			ids[s] = id
+			testcluster.Must(t, 201, "PUT", c.URL(0)+"/databases/db/docs?id="+id+"&waitForReplicas=2", `{"v":1}`)
+		}
+	}
+	leader := c.Leader()
+	victim := (leader + 1) % 3 // not the leader: raft keeps its leader
+	c.Members[victim].Kill()
+	for i, m := range c.Members {
+		if i == victim {
+			continue
+		}
+		for s, id := range ids {
+			testcluster.Must(t, 200, "GET", m.URL()+"/databases/db/docs?id="+id, "")
+			testcluster.Must(t, 201, "PUT", m.URL()+"/databases/db/docs?id="+id, fmt.Sprintf(`{"v":2,"via":"%s","shard":%d}`, m.Tag, s))
+		}
+		testcluster.WaitFor(t, 10*time.Second, "the dead node to be reported down", func() error {
+			cl := testcluster.Must(t, 200, "GET", m.URL()+"/cluster", "").JSON(t)
+			for _, n := range cl["Nodes"].([]any) {
+				nm := n.(map[string]any)
+				if nm["Tag"] == c.Members[victim].Tag && nm["Status"] == "Down" {
+					return nil
+				}
+			}
+			return fmt.Errorf("cluster view %v", cl)
+		})
+	}
+}
