@@ -24,6 +24,15 @@ const (
 	TypeDeleteDatabase CommandType = 2
 	TypeAddNode        CommandType = 3
 	TypeRemoveNode     CommandType = 4
+	// Online resharding (migration.go).
+	TypeStartBucketMigration        CommandType = 10
+	TypeSourceMigrationSendComplete CommandType = 11
+	TypeDestinationMigrationConfirm CommandType = 12
+	TypeSourceMigrationCleanup      CommandType = 13
+	TypeMoveEmptyBuckets            CommandType = 14
+	TypeReportMigrationError        CommandType = 15
+	TypeStartResharding             CommandType = 16
+	TypeAddShard                    CommandType = 17
 )
 
 // Limits on database records.
@@ -72,6 +81,7 @@ func (m Meta) Request() string { return m.RequestID }
 type CreateDatabase struct {
 	Meta
 	Name              string `json:"Name"`
+	DatabaseID        string `json:"DatabaseId"`
 	Shards            int    `json:"Shards"`
 	ReplicationFactor int    `json:"ReplicationFactor"`
 }
@@ -137,6 +147,7 @@ func init() {
 	register(TypeDeleteDatabase, applyDeleteDatabase)
 	register(TypeAddNode, applyAddNode)
 	register(TypeRemoveNode, applyRemoveNode)
+	registerMigrationCommands()
 }
 
 var safeName = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}$`)
@@ -182,6 +193,7 @@ func applyCreateDatabase(s *State, index uint64, c *CreateDatabase) (any, error)
 	}
 	rec := &DatabaseRecord{
 		DatabaseName:      c.Name,
+		DatabaseID:        c.DatabaseID,
 		ReplicationFactor: c.ReplicationFactor,
 		CreatedAt:         c.At,
 		CreatedIndex:      index,
@@ -190,6 +202,7 @@ func applyCreateDatabase(s *State, index uint64, c *CreateDatabase) (any, error)
 			Shards:           map[int]*ShardTopology{},
 			BucketRanges:     bucket.EvenSplit(c.Shards),
 			BucketMigrations: map[uint32]*BucketMigration{},
+			Resharding:       map[string]*ReshardingOperation{},
 		},
 	}
 	// Shard i starts at node i (mod N) so shards and their first members,

@@ -194,6 +194,9 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 		if r.Sharding.BucketMigrations == nil {
 			r.Sharding.BucketMigrations = map[uint32]*BucketMigration{}
 		}
+		if r.Sharding.Resharding == nil {
+			r.Sharding.Resharding = map[string]*ReshardingOperation{}
+		}
 	}
 	f.mu.Lock()
 	f.state = s

@@ -135,7 +135,7 @@ func TestSnapshotRestoreIsIdentical(t *testing.T) {
 
 func TestUnknownCommandPanicsUnlessIgnorable(t *testing.T) {
 	f := New()
-	if r := f.Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: []byte{byte(IgnoreUnknownFlag | 0x11), '{', '}'}}); r.(Result).Err != nil {
+	if r := f.Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: []byte{byte(IgnoreUnknownFlag | 0x3f), '{', '}'}}); r.(Result).Err != nil {
 		t.Fatalf("ignorable command: %+v", r)
 	}
 	defer func() {
@@ -143,7 +143,7 @@ func TestUnknownCommandPanicsUnlessIgnorable(t *testing.T) {
 			t.Fatal("unknown command did not panic")
 		}
 	}()
-	f.Apply(&raft.Log{Index: 2, Type: raft.LogCommand, Data: []byte{0x11, '{', '}'}})
+	f.Apply(&raft.Log{Index: 2, Type: raft.LogCommand, Data: []byte{0x3f, '{', '}'}})
 }
 
 func TestWatchSeesNewestIndex(t *testing.T) {

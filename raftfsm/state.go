@@ -45,6 +45,9 @@ type NodeInfo struct {
 type DatabaseRecord struct {
 	// DatabaseName is the database's name.
 	DatabaseName string `json:"DatabaseName"`
+	// DatabaseID identifies the database (not a replica) in the MOVE marker
+	// of moved items' change vectors.
+	DatabaseID string `json:"DatabaseId"`
 	// ReplicationFactor is how many nodes hold each shard.
 	ReplicationFactor int `json:"ReplicationFactor"`
 	// Sharding holds shards, bucket ranges and migrations.
@@ -65,6 +68,8 @@ type Sharding struct {
 	BucketRanges bucket.Ranges `json:"BucketRanges"`
 	// BucketMigrations are the running bucket migrations by bucket.
 	BucketMigrations map[uint32]*BucketMigration `json:"BucketMigrations"`
+	// Resharding are the range-move operations, by operation id.
+	Resharding map[string]*ReshardingOperation `json:"Resharding"`
 }
 
 // ShardTopology lists the nodes holding replicas of one shard.
@@ -94,6 +99,44 @@ type BucketMigration struct {
 	LastSourceChangeVector string          `json:"LastSourceChangeVector"`
 	ConfirmedDestinations  []string        `json:"ConfirmedDestinations"`
 	ConfirmedSourceCleanup []string        `json:"ConfirmedSourceCleanup"`
+	// Leftovers marks a migration started by the documents migrator for
+	// items found in a bucket the source no longer owns.
+	Leftovers bool `json:"Leftovers,omitempty"`
+	// OperationID names the resharding operation that started it, if any.
+	OperationID string `json:"OperationId,omitempty"`
+	// StatusSince is when Status last changed.
+	StatusSince time.Time `json:"StatusSince"`
+	// Documents and Bytes count what the source sent.
+	Documents int64 `json:"Documents"`
+	Bytes     int64 `json:"Bytes"`
+	// LastError and Failures report a step that keeps failing.
+	LastError string `json:"LastError,omitempty"`
+	Failures  int    `json:"Failures,omitempty"`
+}
+
+// Operation statuses.
+const (
+	OperationRunning   = "Running"
+	OperationCompleted = "Completed"
+	OperationCancelled = "Cancelled"
+)
+
+// ReshardingOperation is one request to move a range of buckets to a
+// shard; it proceeds one bucket at a time per source shard.
+type ReshardingOperation struct {
+	ID             string    `json:"OperationId"`
+	FromBucket     uint32    `json:"FromBucket"`
+	ToBucket       uint32    `json:"ToBucket"`
+	ToShard        int       `json:"ToShard"`
+	Status         string    `json:"Status"`
+	BucketsTotal   int64     `json:"BucketsTotal"`
+	BucketsDone    int64     `json:"BucketsDone"`
+	DocumentsMoved int64     `json:"DocumentsMoved"`
+	BytesMoved     int64     `json:"BytesMoved"`
+	StartedAt      time.Time `json:"StartedAt"`
+	EndedAt        time.Time `json:"EndedAt,omitzero"`
+	StartIndex     uint64    `json:"StartIndex"`
+	Errors         []string  `json:"Errors,omitempty"`
 }
 
 // ShardOf returns the shard that owns bucket b.

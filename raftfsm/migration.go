@@ -1,0 +1,464 @@
+package raftfsm
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/shardnode/shardnode/bucket"
+)
+
+// Errors of the resharding commands.
+var (
+	// ErrConflict means the request conflicts with work in progress (an
+	// overlapping operation, a bucket already migrating).
+	ErrConflict = errors.New("conflict")
+	// ErrStale means a migration step names a migration that is not in the
+	// expected state: it was already applied (a retry) or replaced.
+	ErrStale = errors.New("stale migration step")
+)
+
+// Online resharding commands (DESIGN §5). Every step names the bucket and
+// the MigrationIndex (the raft index that started the migration) and
+// checks the expected status, so retries and crashes at any step are safe.
+
+// StartBucketMigration starts moving one bucket: status Moving.
+type StartBucketMigration struct {
+	Meta
+	Database         string `json:"Database"`
+	Bucket           uint32 `json:"Bucket"`
+	SourceShard      int    `json:"SourceShard"`
+	DestinationShard int    `json:"DestinationShard"`
+	// Leftovers moves items left in a bucket the source no longer owns
+	// (the documents migrator); the destination must be the owner.
+	Leftovers   bool   `json:"Leftovers,omitempty"`
+	OperationID string `json:"OperationId,omitempty"`
+}
+
+// Type implements Command.
+func (StartBucketMigration) Type() CommandType { return TypeStartBucketMigration }
+
+// SourceMigrationSendCompleted records that the source sent everything up
+// to LastSourceChangeVector: status Moved.
+type SourceMigrationSendCompleted struct {
+	Meta
+	Database               string `json:"Database"`
+	Bucket                 uint32 `json:"Bucket"`
+	MigrationIndex         uint64 `json:"MigrationIndex"`
+	LastSourceChangeVector string `json:"LastSourceChangeVector"`
+	Documents              int64  `json:"Documents"`
+	Bytes                  int64  `json:"Bytes"`
+}
+
+// Type implements Command.
+func (SourceMigrationSendCompleted) Type() CommandType { return TypeSourceMigrationSendComplete }
+
+// DestinationMigrationConfirm records that one destination replica holds
+// everything up to LastSourceChangeVector; the last one flips ownership.
+type DestinationMigrationConfirm struct {
+	Meta
+	Database       string `json:"Database"`
+	Bucket         uint32 `json:"Bucket"`
+	MigrationIndex uint64 `json:"MigrationIndex"`
+	Node           string `json:"Node"`
+}
+
+// Type implements Command.
+func (DestinationMigrationConfirm) Type() CommandType { return TypeDestinationMigrationConfirm }
+
+// SourceMigrationCleanup records that one source replica purged the moved
+// items; after the last one the migration entry is removed.
+type SourceMigrationCleanup struct {
+	Meta
+	Database       string `json:"Database"`
+	Bucket         uint32 `json:"Bucket"`
+	MigrationIndex uint64 `json:"MigrationIndex"`
+	Node           string `json:"Node"`
+}
+
+// Type implements Command.
+func (SourceMigrationCleanup) Type() CommandType { return TypeSourceMigrationCleanup }
+
+// BucketSpan is an inclusive range of buckets.
+type BucketSpan struct {
+	From uint32 `json:"From"`
+	To   uint32 `json:"To"`
+}
+
+// MoveEmptyBuckets flips buckets that hold nothing on the source in one
+// step: there is no data to move. A write racing the flip is refused by
+// the write guard or moved by the documents migrator.
+type MoveEmptyBuckets struct {
+	Meta
+	Database         string       `json:"Database"`
+	SourceShard      int          `json:"SourceShard"`
+	DestinationShard int          `json:"DestinationShard"`
+	Spans            []BucketSpan `json:"Spans"`
+	OperationID      string       `json:"OperationId,omitempty"`
+}
+
+// Type implements Command.
+func (MoveEmptyBuckets) Type() CommandType { return TypeMoveEmptyBuckets }
+
+// ReportMigrationError makes a failing migration step visible in the
+// record (and its operation) instead of retrying silently.
+type ReportMigrationError struct {
+	Meta
+	Database       string `json:"Database"`
+	Bucket         uint32 `json:"Bucket"`
+	MigrationIndex uint64 `json:"MigrationIndex"`
+	Error          string `json:"Error"`
+}
+
+// Type implements Command.
+func (ReportMigrationError) Type() CommandType { return TypeReportMigrationError }
+
+// StartResharding starts an operation that moves every bucket of
+// [FromBucket, ToBucket] not already on ToShard.
+type StartResharding struct {
+	Meta
+	Database    string `json:"Database"`
+	OperationID string `json:"OperationId"`
+	FromBucket  uint32 `json:"FromBucket"`
+	ToBucket    uint32 `json:"ToBucket"`
+	ToShard     int    `json:"ToShard"`
+}
+
+// Type implements Command.
+func (StartResharding) Type() CommandType { return TypeStartResharding }
+
+// AddShard adds a shard with no buckets; buckets are moved into it.
+type AddShard struct {
+	Meta
+	Database string   `json:"Database"`
+	Members  []string `json:"Members"`
+}
+
+// Type implements Command.
+func (AddShard) Type() CommandType { return TypeAddShard }
+
+func registerMigrationCommands() {
+	register(TypeStartBucketMigration, applyStartBucketMigration)
+	register(TypeSourceMigrationSendComplete, applySendCompleted)
+	register(TypeDestinationMigrationConfirm, applyDestinationConfirm)
+	register(TypeSourceMigrationCleanup, applySourceCleanup)
+	register(TypeMoveEmptyBuckets, applyMoveEmptyBuckets)
+	register(TypeReportMigrationError, applyReportMigrationError)
+	register(TypeStartResharding, applyStartResharding)
+	register(TypeAddShard, applyAddShard)
+}
+
+// mutate applies fn to a copy of db's record and stores the copy (records
+// in the state are immutable, see FSM.Record).
+func mutate(s *State, index uint64, db string, fn func(r *DatabaseRecord) (any, error)) (any, error) {
+	cur, ok := s.Databases[db]
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", ErrDatabaseNotFound, db)
+	}
+	r := cur.Clone()
+	v, err := fn(r)
+	if err != nil {
+		return nil, err
+	}
+	r.Etag = index
+	s.Databases[db] = r
+	return v, nil
+}
+
+// IsActive reports whether a migration still holds its source shard's
+// single migration slot (Moving or Moved).
+func (m *BucketMigration) IsActive() bool {
+	return m.Status == MigrationMoving || m.Status == MigrationMoved
+}
+
+func applyStartBucketMigration(s *State, index uint64, c *StartBucketMigration) (any, error) {
+	return mutate(s, index, c.Database, func(r *DatabaseRecord) (any, error) {
+		if c.Bucket > bucket.MaxID {
+			return nil, fmt.Errorf("%w: bucket %d outside 0..%d", ErrInvalid, c.Bucket, bucket.MaxID)
+		}
+		if err := r.checkShards(c.SourceShard, c.DestinationShard); err != nil {
+			return nil, err
+		}
+		if m, ok := r.Sharding.BucketMigrations[c.Bucket]; ok {
+			return nil, fmt.Errorf("%w: bucket %d is already migrating (%s, index %d)", ErrConflict, c.Bucket, m.Status, m.MigrationIndex)
+		}
+		for _, m := range r.Sharding.BucketMigrations {
+			if m.SourceShard == c.SourceShard && m.IsActive() {
+				return nil, fmt.Errorf("%w: shard %d is already sending bucket %d", ErrConflict, c.SourceShard, m.Bucket)
+			}
+		}
+		owner := r.ShardOf(c.Bucket)
+		if !c.Leftovers && owner != c.SourceShard {
+			return nil, fmt.Errorf("%w: bucket %d belongs to shard %d, not %d", ErrConflict, c.Bucket, owner, c.SourceShard)
+		}
+		if c.Leftovers && owner != c.DestinationShard {
+			return nil, fmt.Errorf("%w: leftovers of bucket %d must go to its owner %d, not %d", ErrConflict, c.Bucket, owner, c.DestinationShard)
+		}
+		m := &BucketMigration{Bucket: c.Bucket, SourceShard: c.SourceShard, DestinationShard: c.DestinationShard,
+			Status: MigrationMoving, MigrationIndex: index, StatusSince: c.At, Leftovers: c.Leftovers, OperationID: c.OperationID,
+			ConfirmedDestinations: []string{}, ConfirmedSourceCleanup: []string{}}
+		r.Sharding.BucketMigrations[c.Bucket] = m
+		return m, nil
+	})
+}
+
+func (r *DatabaseRecord) checkShards(src, dst int) error {
+	if _, ok := r.Sharding.Shards[src]; !ok {
+		return fmt.Errorf("%w: no shard %d", ErrInvalid, src)
+	}
+	if _, ok := r.Sharding.Shards[dst]; !ok {
+		return fmt.Errorf("%w: no shard %d", ErrInvalid, dst)
+	}
+	if src == dst {
+		return fmt.Errorf("%w: source and destination are both shard %d", ErrInvalid, src)
+	}
+	return nil
+}
+
+// migrationAt returns the migration of bucket started at index in status.
+func (r *DatabaseRecord) migrationAt(b uint32, index uint64, status MigrationStatus) (*BucketMigration, error) {
+	m, ok := r.Sharding.BucketMigrations[b]
+	if !ok || m.MigrationIndex != index {
+		return nil, fmt.Errorf("%w: no migration of bucket %d started at index %d", ErrStale, b, index)
+	}
+	if m.Status != status {
+		return nil, fmt.Errorf("%w: migration of bucket %d (index %d) is %s, not %s", ErrStale, b, index, m.Status, status)
+	}
+	return m, nil
+}
+
+func applySendCompleted(s *State, index uint64, c *SourceMigrationSendCompleted) (any, error) {
+	return mutate(s, index, c.Database, func(r *DatabaseRecord) (any, error) {
+		m, err := r.migrationAt(c.Bucket, c.MigrationIndex, MigrationMoving)
+		if err != nil {
+			return nil, err
+		}
+		m.Status, m.StatusSince = MigrationMoved, c.At
+		m.LastSourceChangeVector = c.LastSourceChangeVector
+		m.Documents, m.Bytes = c.Documents, c.Bytes
+		m.LastError, m.Failures = "", 0
+		return m, nil
+	})
+}
+
+func applyDestinationConfirm(s *State, index uint64, c *DestinationMigrationConfirm) (any, error) {
+	return mutate(s, index, c.Database, func(r *DatabaseRecord) (any, error) {
+		m, err := r.migrationAt(c.Bucket, c.MigrationIndex, MigrationMoved)
+		if err != nil {
+			return nil, err
+		}
+		members := r.Sharding.Shards[m.DestinationShard].Members
+		if !slices.Contains(members, c.Node) {
+			return nil, fmt.Errorf("%w: node %s holds no replica of destination shard %d", ErrInvalid, c.Node, m.DestinationShard)
+		}
+		if !slices.Contains(m.ConfirmedDestinations, c.Node) {
+			m.ConfirmedDestinations = append(m.ConfirmedDestinations, c.Node)
+		}
+		for _, n := range members {
+			if !slices.Contains(m.ConfirmedDestinations, n) {
+				return m, nil
+			}
+		}
+		// The last destination replica confirmed: the only moment routing
+		// changes for this bucket.
+		m.Status, m.StatusSince, m.ConfirmationIndex = MigrationOwnershipTransferred, c.At, index
+		if r.ShardOf(m.Bucket) != m.DestinationShard {
+			r.Sharding.BucketRanges = r.Sharding.BucketRanges.Move(m.Bucket, m.DestinationShard)
+		}
+		if op := r.Sharding.Resharding[m.OperationID]; op != nil {
+			op.BucketsDone++
+			op.DocumentsMoved += m.Documents
+			op.BytesMoved += m.Bytes
+		}
+		return m, nil
+	})
+}
+
+func applySourceCleanup(s *State, index uint64, c *SourceMigrationCleanup) (any, error) {
+	return mutate(s, index, c.Database, func(r *DatabaseRecord) (any, error) {
+		m, err := r.migrationAt(c.Bucket, c.MigrationIndex, MigrationOwnershipTransferred)
+		if err != nil {
+			return nil, err
+		}
+		if !slices.Contains(m.ConfirmedSourceCleanup, c.Node) {
+			m.ConfirmedSourceCleanup = append(m.ConfirmedSourceCleanup, c.Node)
+		}
+		for _, n := range r.Sharding.Shards[m.SourceShard].Members {
+			if !slices.Contains(m.ConfirmedSourceCleanup, n) {
+				return m, nil
+			}
+		}
+		delete(r.Sharding.BucketMigrations, c.Bucket)
+		r.finishOperations(c.At)
+		return m, nil
+	})
+}
+
+func applyMoveEmptyBuckets(s *State, index uint64, c *MoveEmptyBuckets) (any, error) {
+	return mutate(s, index, c.Database, func(r *DatabaseRecord) (any, error) {
+		if err := r.checkShards(c.SourceShard, c.DestinationShard); err != nil {
+			return nil, err
+		}
+		var moved int64
+		for _, sp := range c.Spans {
+			if sp.From > sp.To || sp.To > bucket.MaxID {
+				return nil, fmt.Errorf("%w: bucket span %d-%d", ErrInvalid, sp.From, sp.To)
+			}
+			if !r.ownsAll(c.SourceShard, sp.From, sp.To) {
+				return nil, fmt.Errorf("%w: shard %d does not own all of buckets %d-%d", ErrConflict, c.SourceShard, sp.From, sp.To)
+			}
+			for b := range r.Sharding.BucketMigrations {
+				if b >= sp.From && b <= sp.To {
+					return nil, fmt.Errorf("%w: bucket %d in %d-%d is migrating", ErrConflict, b, sp.From, sp.To)
+				}
+			}
+		}
+		for _, sp := range c.Spans {
+			r.Sharding.BucketRanges = r.Sharding.BucketRanges.MoveRange(sp.From, sp.To, c.DestinationShard)
+			moved += int64(sp.To-sp.From) + 1
+		}
+		if op := r.Sharding.Resharding[c.OperationID]; op != nil {
+			op.BucketsDone += moved
+		}
+		r.finishOperations(c.At)
+		return moved, nil
+	})
+}
+
+// ownsAll reports whether shard owns every bucket of [from, to].
+func (r *DatabaseRecord) ownsAll(shard int, from, to uint32) bool {
+	rs := r.Sharding.BucketRanges
+	for i := range rs {
+		f, t := rs.Span(i)
+		if t < from || f > to {
+			continue
+		}
+		if rs[i].ShardNumber != shard {
+			return false
+		}
+	}
+	return true
+}
+
+func applyReportMigrationError(s *State, index uint64, c *ReportMigrationError) (any, error) {
+	return mutate(s, index, c.Database, func(r *DatabaseRecord) (any, error) {
+		m, ok := r.Sharding.BucketMigrations[c.Bucket]
+		if !ok || m.MigrationIndex != c.MigrationIndex {
+			return nil, fmt.Errorf("%w: no migration of bucket %d at index %d", ErrStale, c.Bucket, c.MigrationIndex)
+		}
+		m.LastError = c.Error
+		m.Failures++
+		if op := r.Sharding.Resharding[m.OperationID]; op != nil {
+			op.Errors = append(op.Errors, fmt.Sprintf("%s bucket %d: %s", c.At.Format(time.RFC3339), c.Bucket, c.Error))
+			if len(op.Errors) > 20 {
+				op.Errors = op.Errors[len(op.Errors)-20:]
+			}
+		}
+		return m, nil
+	})
+}
+
+func applyStartResharding(s *State, index uint64, c *StartResharding) (any, error) {
+	return mutate(s, index, c.Database, func(r *DatabaseRecord) (any, error) {
+		if c.FromBucket > c.ToBucket || c.ToBucket > bucket.MaxID {
+			return nil, fmt.Errorf("%w: bucket range %d-%d: need 0 <= FromBucket <= ToBucket <= %d", ErrInvalid, c.FromBucket, c.ToBucket, bucket.MaxID)
+		}
+		if _, ok := r.Sharding.Shards[c.ToShard]; !ok {
+			return nil, fmt.Errorf("%w: no shard %d (shards: %v)", ErrInvalid, c.ToShard, r.ShardNumbers())
+		}
+		if c.OperationID == "" {
+			return nil, fmt.Errorf("%w: empty operation id", ErrInvalid)
+		}
+		if _, ok := r.Sharding.Resharding[c.OperationID]; ok {
+			return nil, fmt.Errorf("%w: operation %s exists", ErrConflict, c.OperationID)
+		}
+		for _, op := range r.Sharding.Resharding {
+			if op.Status == OperationRunning && op.FromBucket <= c.ToBucket && c.FromBucket <= op.ToBucket {
+				return nil, fmt.Errorf("%w: operation %s is already moving buckets %d-%d to shard %d", ErrConflict, op.ID, op.FromBucket, op.ToBucket, op.ToShard)
+			}
+		}
+		op := &ReshardingOperation{ID: c.OperationID, FromBucket: c.FromBucket, ToBucket: c.ToBucket, ToShard: c.ToShard,
+			Status: OperationRunning, StartedAt: c.At, StartIndex: index}
+		op.BucketsTotal = int64(c.ToBucket-c.FromBucket) + 1 - r.bucketsOwnedIn(c.ToShard, c.FromBucket, c.ToBucket)
+		r.Sharding.Resharding[c.OperationID] = op
+		r.pruneOperations()
+		r.finishOperations(c.At)
+		return op, nil
+	})
+}
+
+// bucketsOwnedIn counts the buckets of [from, to] that shard owns.
+func (r *DatabaseRecord) bucketsOwnedIn(shard int, from, to uint32) int64 {
+	var n int64
+	rs := r.Sharding.BucketRanges
+	for i := range rs {
+		f, t := rs.Span(i)
+		if t < from || f > to || rs[i].ShardNumber != shard {
+			continue
+		}
+		n += int64(min(t, to)-max(f, from)) + 1
+	}
+	return n
+}
+
+// finishOperations completes running operations whose range is wholly on
+// its target shard with no migration of theirs left.
+func (r *DatabaseRecord) finishOperations(at time.Time) {
+	for _, op := range r.Sharding.Resharding {
+		if op.Status != OperationRunning || !r.ownsAll(op.ToShard, op.FromBucket, op.ToBucket) {
+			continue
+		}
+		busy := false
+		for _, m := range r.Sharding.BucketMigrations {
+			busy = busy || m.OperationID == op.ID
+		}
+		if !busy {
+			op.Status, op.EndedAt = OperationCompleted, at
+		}
+	}
+}
+
+// maxFinishedOperations bounds how many finished operations a record keeps.
+const maxFinishedOperations = 50
+
+func (r *DatabaseRecord) pruneOperations() {
+	var done []*ReshardingOperation
+	for _, op := range r.Sharding.Resharding {
+		if op.Status != OperationRunning {
+			done = append(done, op)
+		}
+	}
+	if len(done) <= maxFinishedOperations {
+		return
+	}
+	slices.SortFunc(done, func(a, b *ReshardingOperation) int { return a.EndedAt.Compare(b.EndedAt) })
+	for _, op := range done[:len(done)-maxFinishedOperations] {
+		delete(r.Sharding.Resharding, op.ID)
+	}
+}
+
+func applyAddShard(s *State, index uint64, c *AddShard) (any, error) {
+	if len(c.Members) == 0 {
+		return nil, fmt.Errorf("%w: a shard needs at least one member", ErrInvalid)
+	}
+	for i, m := range c.Members {
+		if _, ok := s.Nodes[m]; !ok {
+			return nil, fmt.Errorf("%w: no node %q in the cluster", ErrInvalid, m)
+		}
+		if slices.Contains(c.Members[:i], m) {
+			return nil, fmt.Errorf("%w: node %q listed twice", ErrInvalid, m)
+		}
+	}
+	return mutate(s, index, c.Database, func(r *DatabaseRecord) (any, error) {
+		if len(r.Sharding.Shards) >= MaxShards {
+			return nil, fmt.Errorf("%w: the database has the maximum of %d shards", ErrInvalid, MaxShards)
+		}
+		next := 0
+		for n := range r.Sharding.Shards {
+			next = max(next, n+1)
+		}
+		r.Sharding.Shards[next] = &ShardTopology{Members: slices.Clone(c.Members)}
+		return next, nil
+	})
+}

@@ -1,0 +1,130 @@
+package raftfsm
+
+import (
+	"errors"
+	"testing"
+)
+
+func migrationFixture(t *testing.T) *FSM {
+	f := threeNodes(t)
+	mustApply(t, f, 4, &CreateDatabase{Name: "db", Shards: 3, ReplicationFactor: 2})
+	return f
+}
+
+func TestMigrationLifecycle(t *testing.T) {
+	f := migrationFixture(t)
+	const b = 10 // shard 0 owns 0..349524
+	m := mustApply(t, f, 5, &StartBucketMigration{Database: "db", Bucket: b, SourceShard: 0, DestinationShard: 2}).Value.(*BucketMigration)
+	if m.Status != MigrationMoving || m.MigrationIndex != 5 {
+		t.Fatalf("started %+v", m)
+	}
+	// One active migration per source shard; one migration per bucket.
+	if r := f.ApplyCommand(6, &StartBucketMigration{Database: "db", Bucket: 11, SourceShard: 0, DestinationShard: 1}); !errors.Is(r.Err, ErrConflict) {
+		t.Fatalf("second migration from shard 0: %v", r.Err)
+	}
+	if r := f.ApplyCommand(6, &StartBucketMigration{Database: "db", Bucket: b, SourceShard: 0, DestinationShard: 1}); !errors.Is(r.Err, ErrConflict) {
+		t.Fatalf("same bucket twice: %v", r.Err)
+	}
+	// Steps check the index and status.
+	if r := f.ApplyCommand(7, &DestinationMigrationConfirm{Database: "db", Bucket: b, MigrationIndex: 5, Node: "C"}); !errors.Is(r.Err, ErrStale) {
+		t.Fatalf("confirm while Moving: %v", r.Err)
+	}
+	if r := f.ApplyCommand(7, &SourceMigrationSendCompleted{Database: "db", Bucket: b, MigrationIndex: 4}); !errors.Is(r.Err, ErrStale) {
+		t.Fatalf("wrong index: %v", r.Err)
+	}
+	mustApply(t, f, 8, &SourceMigrationSendCompleted{Database: "db", Bucket: b, MigrationIndex: 5, LastSourceChangeVector: "A:3-x", Documents: 7, Bytes: 700})
+	if r := f.ApplyCommand(9, &SourceMigrationSendCompleted{Database: "db", Bucket: b, MigrationIndex: 5}); !errors.Is(r.Err, ErrStale) {
+		t.Fatalf("retried send-completed: %v", r.Err)
+	}
+	// Shard 2 is on C and A.
+	mustApply(t, f, 10, &DestinationMigrationConfirm{Database: "db", Bucket: b, MigrationIndex: 5, Node: "C"})
+	mustApply(t, f, 11, &DestinationMigrationConfirm{Database: "db", Bucket: b, MigrationIndex: 5, Node: "C"}) // retry: no-op
+	rec, _ := f.Record("db")
+	if rec.ShardOf(b) != 0 || rec.Sharding.BucketMigrations[b].Status != MigrationMoved {
+		t.Fatal("ownership flipped before every destination replica confirmed")
+	}
+	if r := f.ApplyCommand(12, &DestinationMigrationConfirm{Database: "db", Bucket: b, MigrationIndex: 5, Node: "B"}); !errors.Is(r.Err, ErrInvalid) {
+		t.Fatalf("confirm from a non-member: %v", r.Err)
+	}
+	mustApply(t, f, 13, &DestinationMigrationConfirm{Database: "db", Bucket: b, MigrationIndex: 5, Node: "A"})
+	rec, _ = f.Record("db")
+	m = rec.Sharding.BucketMigrations[b]
+	if rec.ShardOf(b) != 2 || m.Status != MigrationOwnershipTransferred || m.ConfirmationIndex != 13 {
+		t.Fatalf("after last confirm: owner %d, %+v", rec.ShardOf(b), m)
+	}
+	if err := rec.Sharding.BucketRanges.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if rec.ShardOf(b-1) != 0 || rec.ShardOf(b+1) != 0 {
+		t.Fatal("neighbours moved")
+	}
+	// The source slot is free again once ownership moved.
+	mustApply(t, f, 14, &StartBucketMigration{Database: "db", Bucket: 11, SourceShard: 0, DestinationShard: 1})
+	// Cleanup by both source replicas (shard 0: A, B) removes the entry.
+	mustApply(t, f, 15, &SourceMigrationCleanup{Database: "db", Bucket: b, MigrationIndex: 5, Node: "A"})
+	mustApply(t, f, 16, &SourceMigrationCleanup{Database: "db", Bucket: b, MigrationIndex: 5, Node: "B"})
+	rec, _ = f.Record("db")
+	if _, ok := rec.Sharding.BucketMigrations[b]; ok {
+		t.Fatal("entry not removed after every source replica cleaned up")
+	}
+	if r := f.ApplyCommand(17, &SourceMigrationCleanup{Database: "db", Bucket: b, MigrationIndex: 5, Node: "B"}); !errors.Is(r.Err, ErrStale) {
+		t.Fatalf("cleanup retry after removal: %v", r.Err)
+	}
+}
+
+func TestReshardingOperationCounts(t *testing.T) {
+	f := migrationFixture(t)
+	if r := f.ApplyCommand(5, &StartResharding{Database: "db", OperationID: "op", FromBucket: 10, ToBucket: 5, ToShard: 1}); !errors.Is(r.Err, ErrInvalid) {
+		t.Fatalf("from > to: %v", r.Err)
+	}
+	if r := f.ApplyCommand(5, &StartResharding{Database: "db", OperationID: "op", FromBucket: 0, ToBucket: 9, ToShard: 7}); !errors.Is(r.Err, ErrInvalid) {
+		t.Fatalf("unknown shard: %v", r.Err)
+	}
+	op := mustApply(t, f, 6, &StartResharding{Database: "db", OperationID: "op", FromBucket: 349520, ToBucket: 349529, ToShard: 1}).Value.(*ReshardingOperation)
+	if op.BucketsTotal != 5 { // 349525..349529 are already on shard 1
+		t.Fatalf("total %d", op.BucketsTotal)
+	}
+	if r := f.ApplyCommand(7, &StartResharding{Database: "db", OperationID: "op2", FromBucket: 349529, ToBucket: 349600, ToShard: 2}); !errors.Is(r.Err, ErrConflict) {
+		t.Fatalf("overlap: %v", r.Err)
+	}
+	// Empty buckets 349520..349523 flip at once; 349524 moves with data.
+	mustApply(t, f, 8, &MoveEmptyBuckets{Database: "db", SourceShard: 0, DestinationShard: 1, Spans: []BucketSpan{{349520, 349523}}, OperationID: "op"})
+	mustApply(t, f, 9, &StartBucketMigration{Database: "db", Bucket: 349524, SourceShard: 0, DestinationShard: 1, OperationID: "op"})
+	mustApply(t, f, 10, &SourceMigrationSendCompleted{Database: "db", Bucket: 349524, MigrationIndex: 9, Documents: 3, Bytes: 30})
+	mustApply(t, f, 11, &DestinationMigrationConfirm{Database: "db", Bucket: 349524, MigrationIndex: 9, Node: "B"})
+	mustApply(t, f, 12, &DestinationMigrationConfirm{Database: "db", Bucket: 349524, MigrationIndex: 9, Node: "C"})
+	rec, _ := f.Record("db")
+	o := rec.Sharding.Resharding["op"]
+	if o.BucketsDone != 5 || o.DocumentsMoved != 3 || o.Status != OperationRunning {
+		t.Fatalf("op before cleanup %+v", o)
+	}
+	mustApply(t, f, 13, &SourceMigrationCleanup{Database: "db", Bucket: 349524, MigrationIndex: 9, Node: "A"})
+	mustApply(t, f, 14, &SourceMigrationCleanup{Database: "db", Bucket: 349524, MigrationIndex: 9, Node: "B"})
+	rec, _ = f.Record("db")
+	if o := rec.Sharding.Resharding["op"]; o.Status != OperationCompleted {
+		t.Fatalf("op after cleanup %+v", o)
+	}
+	if err := rec.Sharding.BucketRanges.Validate(); err != nil || rec.ShardOf(349520) != 1 || rec.ShardOf(349519) != 0 {
+		t.Fatalf("ranges %+v %v", rec.Sharding.BucketRanges, err)
+	}
+}
+
+func TestLeftoversMigrationTargetsTheOwner(t *testing.T) {
+	f := migrationFixture(t)
+	if r := f.ApplyCommand(5, &StartBucketMigration{Database: "db", Bucket: 3, SourceShard: 1, DestinationShard: 2, Leftovers: true}); !errors.Is(r.Err, ErrConflict) {
+		t.Fatalf("leftovers to a non-owner: %v", r.Err)
+	}
+	mustApply(t, f, 6, &StartBucketMigration{Database: "db", Bucket: 3, SourceShard: 1, DestinationShard: 0, Leftovers: true})
+}
+
+func TestAddShard(t *testing.T) {
+	f := migrationFixture(t)
+	n := mustApply(t, f, 5, &AddShard{Database: "db", Members: []string{"B", "C"}}).Value.(int)
+	rec, _ := f.Record("db")
+	if n != 3 || len(rec.Sharding.Shards) != 4 || rec.Sharding.BucketRanges.BucketsOf(3) != 0 {
+		t.Fatalf("added %d: %+v", n, rec.Sharding)
+	}
+	if r := f.ApplyCommand(6, &AddShard{Database: "db", Members: []string{"Z"}}); !errors.Is(r.Err, ErrInvalid) {
+		t.Fatalf("unknown member: %v", r.Err)
+	}
+}
