@@ -45,6 +45,11 @@ type Document struct {
 // Deleted reports whether the item is a tombstone.
 func (d *Document) Deleted() bool { return d.Flags&FlagDeleted != 0 }
 
+// Artificial reports a local tombstone left by a purge.
+func (d *Document) Artificial() bool { return d.artificial() }
+
+func (d *Document) artificial() bool { return d.Flags&FlagArtificial != 0 }
+
 const itemFormat = 1
 
 var errCorruptItem = errors.New("corrupt item record")

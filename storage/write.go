@@ -27,6 +27,13 @@ const (
 	OpReplicate
 	// OpSetProgress records how far another replica's feed has been applied.
 	OpSetProgress
+	// OpMigrate stores an item sent by a bucket migration: it keeps its
+	// version and gets a fresh local order entry plus the MOVE marker;
+	// an item already held at that version or newer is a no-op.
+	OpMigrate
+	// OpPurge replaces an item whose version is covered by CoveredBy with a
+	// local artificial tombstone (after its bucket moved away).
+	OpPurge
 )
 
 // Op is one write of a group.
@@ -51,6 +58,12 @@ type Op struct {
 	// replica holds source's feed up to Etag.
 	Source string
 	Etag   uint64
+	// MigrationIndex and DatabaseID form the MOVE marker (OpMigrate).
+	MigrationIndex uint64
+	DatabaseID     string
+	// CoveredBy is the version an item must be covered by to be purged
+	// (OpPurge).
+	CoveredBy changevector.Vector
 }
 
 // Result is the outcome of one Op.
@@ -287,6 +300,10 @@ func (g *round) apply(parent *round, op Op, now time.Time) (Result, error) {
 		return Result{Kind: op.Kind, ID: op.Source, Etag: op.Etag}, nil
 	case OpReplicate:
 		return g.applyReplicated(parent, op)
+	case OpMigrate:
+		return g.applyMigrated(parent, op)
+	case OpPurge:
+		return g.applyPurge(parent, op)
 	case OpPut, OpDelete:
 		return g.applyLocal(parent, op, now)
 	default:
@@ -371,6 +388,16 @@ func (g *round) applyReplicated(parent *round, op Op) (Result, error) {
 		if err != nil {
 			return Result{}, fmt.Errorf("stored change vector of %q: %w", op.ID, err)
 		}
+		if cur.doc.artificial() {
+			// An artificial tombstone blocks only the very item it purged
+			// (a sibling replica sending it late); an item that moved back
+			// here carries a new order and applies.
+			if local.Version.Covers(in.Version) && local.Order.Covers(in.Order) {
+				res.Skipped, res.ChangeVector = true, cur.doc.ChangeVector
+				return res, nil
+			}
+			goto apply
+		}
 		switch changevector.Compare(in.Version, local.Version) {
 		case changevector.Equal, changevector.Older:
 			res.Skipped, res.ChangeVector = true, cur.doc.ChangeVector
@@ -391,12 +418,94 @@ func (g *round) applyReplicated(parent *round, op Op) (Result, error) {
 			g.conflict = append(g.conflict, conflictEntry{loser: loser, winnerCV: cp.ChangeVector})
 		}
 	}
+apply:
 	g.etag++
 	doc.Etag = g.etag
 	if err := g.store(parent, key, cur, doc, version); err != nil {
 		return Result{}, err
 	}
 	res.Collection, res.ChangeVector, res.LastModified, res.Etag, res.Deleted = doc.Collection, doc.ChangeVector, doc.LastModified, doc.Etag, doc.Deleted()
+	return res, nil
+}
+
+// applyMigrated stores an item sent by a bucket migration.
+func (g *round) applyMigrated(parent *round, op Op) (Result, error) {
+	in, err := changevector.Parse(op.ChangeVector)
+	if err != nil {
+		return Result{}, fmt.Errorf("migrated %q: %w", op.ID, err)
+	}
+	b := bucket.ForID(op.ID)
+	key := itemKey(b, op.ID)
+	cur, err := g.lookup(parent, key, b)
+	if err != nil {
+		return Result{}, err
+	}
+	res := Result{Kind: op.Kind, ID: op.ID, Bucket: b}
+	incoming := &Document{ID: op.ID, Collection: op.Collection, LastModified: op.LastModified.UTC(), Bucket: b,
+		Flags: (op.Flags &^ FlagArtificial) | FlagFromResharding, Body: op.Body}
+	if incoming.Deleted() {
+		incoming.Body = nil
+	}
+	version := in.Version
+	// A local artificial tombstone is what an earlier move left behind: it
+	// never counts as holding the item.
+	if cur.doc != nil && !cur.doc.artificial() {
+		local, err := changevector.Parse(cur.doc.ChangeVector)
+		if err != nil {
+			return Result{}, fmt.Errorf("stored change vector of %q: %w", op.ID, err)
+		}
+		switch changevector.Compare(in.Version, local.Version) {
+		case changevector.Equal, changevector.Older:
+			res.Skipped, res.ChangeVector = true, cur.doc.ChangeVector
+			return res, nil
+		case changevector.Conflict:
+			version = changevector.Merge(local.Version, in.Version)
+			if wins(cur.doc, &Document{LastModified: incoming.LastModified, ChangeVector: op.ChangeVector}) {
+				cp := *cur.doc
+				cp.Flags |= FlagFromResharding
+				incoming = &cp
+			}
+			res.Conflict = true
+		}
+	}
+	g.etag++
+	order := changevector.Vector(nil).With(g.s.tag, g.etag, g.s.dbid).With(changevector.MoveTag, op.MigrationIndex, op.DatabaseID)
+	incoming.ChangeVector = changevector.Composite(order, version).String()
+	incoming.Etag = g.etag
+	if err := g.store(parent, key, cur, incoming, version); err != nil {
+		return Result{}, err
+	}
+	res.Collection, res.ChangeVector, res.LastModified, res.Etag, res.Deleted = incoming.Collection, incoming.ChangeVector, incoming.LastModified, incoming.Etag, incoming.Deleted()
+	return res, nil
+}
+
+// applyPurge turns a moved-away item into an artificial tombstone, if its
+// version is covered by what the destination confirmed.
+func (g *round) applyPurge(parent *round, op Op) (Result, error) {
+	b := bucket.ForID(op.ID)
+	key := itemKey(b, op.ID)
+	cur, err := g.lookup(parent, key, b)
+	if err != nil {
+		return Result{}, err
+	}
+	res := Result{Kind: op.Kind, ID: op.ID, Bucket: b, Skipped: true}
+	if cur.doc == nil || cur.doc.artificial() {
+		return res, nil
+	}
+	local, err := changevector.Parse(cur.doc.ChangeVector)
+	if err != nil {
+		return Result{}, fmt.Errorf("stored change vector of %q: %w", op.ID, err)
+	}
+	if !op.CoveredBy.Covers(local.Version) {
+		return res, nil // newer than what moved: a leftover for the migrator
+	}
+	g.etag++
+	doc := &Document{ID: cur.doc.ID, Collection: cur.doc.Collection, ChangeVector: cur.doc.ChangeVector, LastModified: cur.doc.LastModified,
+		Etag: g.etag, Bucket: b, Flags: FlagDeleted | FlagArtificial}
+	if err := g.store(parent, key, cur, doc, local.Version); err != nil {
+		return Result{}, err
+	}
+	res.Skipped, res.Deleted, res.Etag = false, true, g.etag
 	return res, nil
 }
 
@@ -418,7 +527,9 @@ func (g *round) store(parent *round, key []byte, cur *pendingItem, doc *Document
 	}
 	val := doc.encode()
 	size := int64(len(key) + len(val))
-	if cur.doc != nil {
+	// Artificial tombstones (left by a purge) count nowhere: a bucket that
+	// holds only those is empty.
+	if cur.doc != nil && !cur.doc.artificial() {
 		st.Size -= cur.size
 		if cur.doc.Deleted() {
 			st.TombstonesCount--
@@ -428,13 +539,15 @@ func (g *round) store(parent *round, key []byte, cur *pendingItem, doc *Document
 			g.counters.Documents--
 		}
 	}
-	st.Size += size
-	if doc.Deleted() {
-		st.TombstonesCount++
-		g.counters.Tombstones++
-	} else {
-		st.DocumentsCount++
-		g.counters.Documents++
+	if !doc.artificial() {
+		st.Size += size
+		if doc.Deleted() {
+			st.TombstonesCount++
+			g.counters.Tombstones++
+		} else {
+			st.DocumentsCount++
+			g.counters.Documents++
+		}
 	}
 	bcv, err := changevector.ParseVector(st.ChangeVector)
 	if err != nil {
