@@ -24,6 +24,11 @@ func (n *Node) routes() http.Handler {
 	mux.HandleFunc("DELETE /cluster/nodes/{tag}", n.handleRemoveNode)
 	mux.HandleFunc("POST /internal/raft/apply", n.handleApply)
 	mux.HandleFunc("GET /databases/{db}/conflicts", n.handleConflicts)
+	mux.HandleFunc("POST /databases/{db}/resharding", n.handleStartResharding)
+	mux.HandleFunc("GET /databases/{db}/resharding", n.handleListResharding)
+	mux.HandleFunc("GET /databases/{db}/resharding/{id}", n.handleGetResharding)
+	mux.HandleFunc("GET /databases/{db}/events", n.handleEvents)
+	mux.HandleFunc("POST /admin/databases/{db}/shards", n.handleAddShard)
 	mux.HandleFunc("GET /admin/databases", n.handleListDatabases)
 	mux.HandleFunc("PUT /admin/databases/{db}", n.handleCreateDatabase)
 	mux.HandleFunc("GET /admin/databases/{db}", n.handleGetDatabase)
@@ -75,11 +80,17 @@ func toAPIError(err error) *apiError {
 	case errors.As(err, &ce):
 		return &apiError{Status: http.StatusConflict, Type: "ConcurrencyException", Msg: ce.Error()}
 	case errors.Is(err, raftfsm.ErrDatabaseExists):
-		return &apiError{Status: http.StatusConflict, Type: "DatabaseAlreadyExists", Msg: err.Error()}
+		return &apiError{Status: http.StatusConflict, Type: typeOf(raftfsm.ErrDatabaseExists), Msg: err.Error()}
 	case errors.Is(err, raftfsm.ErrDatabaseNotFound):
-		return &apiError{Status: http.StatusNotFound, Type: "DatabaseDoesNotExist", Msg: err.Error()}
+		return &apiError{Status: http.StatusNotFound, Type: typeOf(raftfsm.ErrDatabaseNotFound), Msg: err.Error()}
 	case errors.Is(err, raftfsm.ErrInvalid):
-		return &apiError{Status: http.StatusBadRequest, Type: "BadRequest", Msg: err.Error()}
+		return &apiError{Status: http.StatusBadRequest, Type: typeOf(raftfsm.ErrInvalid), Msg: err.Error()}
+	case errors.Is(err, raftfsm.ErrConflict):
+		return &apiError{Status: http.StatusConflict, Type: typeOf(raftfsm.ErrConflict), Msg: err.Error()}
+	case errors.Is(err, raftfsm.ErrStale):
+		return &apiError{Status: http.StatusConflict, Type: typeOf(raftfsm.ErrStale), Msg: err.Error()}
+	case errors.Is(err, raftfsm.ErrNodeNotFound):
+		return &apiError{Status: http.StatusNotFound, Type: typeOf(raftfsm.ErrNodeNotFound), Msg: err.Error()}
 	case errors.Is(err, ErrNotLeader):
 		return unavailable("%v", err)
 	case errors.Is(err, errTimeout):
@@ -87,6 +98,26 @@ func toAPIError(err error) *apiError {
 	default:
 		return &apiError{Status: http.StatusInternalServerError, Type: "InternalError", Msg: err.Error()}
 	}
+}
+
+// typeOf names a state-machine error for clients (and for decoding a
+// forwarded command's answer back into the sentinel).
+func typeOf(err error) string {
+	switch err {
+	case raftfsm.ErrDatabaseExists:
+		return "DatabaseAlreadyExists"
+	case raftfsm.ErrDatabaseNotFound:
+		return "DatabaseDoesNotExist"
+	case raftfsm.ErrInvalid:
+		return "BadRequest"
+	case raftfsm.ErrConflict:
+		return "Conflict"
+	case raftfsm.ErrStale:
+		return "StaleMigrationStep"
+	case raftfsm.ErrNodeNotFound:
+		return "NodeNotFound"
+	}
+	return "InternalError"
 }
 
 // errorBody is every error's JSON body.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/shardnode/shardnode/changevector"
 	"github.com/shardnode/shardnode/raftfsm"
 )
 
@@ -111,7 +112,8 @@ func (n *Node) handleCreateDatabase(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	cmd := &raftfsm.CreateDatabase{Meta: raftfsm.Meta{RequestID: r.Header.Get("Request-Id"), At: time.Now().UTC()}, Name: name, Shards: req.Shards, ReplicationFactor: req.ReplicationFactor}
+	cmd := &raftfsm.CreateDatabase{Meta: raftfsm.Meta{RequestID: r.Header.Get("Request-Id"), At: time.Now().UTC()}, Name: name,
+		DatabaseID: changevector.NewDatabaseID(), Shards: req.Shards, ReplicationFactor: req.ReplicationFactor}
 	if err := raftfsm.ValidateCreate(cmd); err != nil {
 		writeError(w, err)
 		return

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"github.com/shardnode/shardnode/bucket"
 	"github.com/shardnode/shardnode/changevector"
 	"github.com/shardnode/shardnode/document"
+	"github.com/shardnode/shardnode/raftfsm"
 	"github.com/shardnode/shardnode/storage"
 )
 
@@ -222,42 +224,95 @@ func (n *Node) writeOps(ctx context.Context, t target, ops []storage.Op, wc writ
 		idx   []int
 		ops   []storage.Op
 	}
-	groups := map[int]*group{}
-	var order []*group
-	for i, op := range ops {
-		_, shard := shardFor(t, op.ID)
-		g, ok := groups[shard]
-		if !ok {
-			g = &group{shard: shard}
-			groups[shard] = g
-			order = append(order, g)
-		}
-		g.idx = append(g.idx, i)
-		g.ops = append(g.ops, op)
-	}
 	results := make([]storage.Result, len(ops))
-	errs := make([]error, len(order))
-	var wg sync.WaitGroup
-	for gi, g := range order {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[gi] = n.writeShard(ctx, t, g.shard, g.ops, wc, func(res []storage.Result) {
-				for k, i := range g.idx {
-					results[i] = res[k]
-				}
-			})
-		}()
+	pending := make([]int, len(ops))
+	for i := range pending {
+		pending[i] = i
 	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		for _, e := range errs {
-			if e != nil {
-				return nil, wrapFirst(e, err)
+	// A shard refuses writes for buckets it no longer owns (a move just
+	// flipped them): wait for the newer record and route those again.
+	for attempt := 0; ; attempt++ {
+		groups := map[int]*group{}
+		var order []*group
+		for _, i := range pending {
+			_, shard := shardFor(t, ops[i].ID)
+			g, ok := groups[shard]
+			if !ok {
+				g = &group{shard: shard}
+				groups[shard] = g
+				order = append(order, g)
+			}
+			g.idx = append(g.idx, i)
+			g.ops = append(g.ops, ops[i])
+		}
+		errs := make([]error, len(order))
+		var wg sync.WaitGroup
+		for gi, g := range order {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[gi] = n.writeShard(ctx, t, g.shard, g.ops, wc, func(res []storage.Result) {
+					for k, i := range g.idx {
+						results[i] = res[k]
+					}
+				})
+			}()
+		}
+		wg.Wait()
+		pending = pending[:0]
+		var failed []error
+		for gi, err := range errs {
+			switch {
+			case err == nil:
+			case isNotOwned(err) && attempt < maxRerouteAttempts && t.shard < 0:
+				pending = append(pending, order[gi].idx...)
+			default:
+				failed = append(failed, err)
 			}
 		}
+		if len(failed) > 0 {
+			return nil, wrapFirst(failed[0], errors.Join(failed...))
+		}
+		if len(pending) == 0 {
+			return results, nil
+		}
+		sort.Ints(pending)
+		if err := n.waitNewerRecord(ctx, t.rec); err != nil {
+			return nil, err
+		}
+		if rec := n.recordOf(t.rec.DatabaseName); rec != nil {
+			t.rec = rec
+		}
 	}
-	return results, nil
+}
+
+// maxRerouteAttempts bounds how often a write follows moved buckets.
+const maxRerouteAttempts = 50
+
+func isNotOwned(err error) bool {
+	var ae *apiError
+	return errors.As(err, &ae) && ae.Type == "BucketNotOwned"
+}
+
+// waitNewerRecord waits (up to 200 ms) for a record newer than rec; the
+// refusing shard has applied one, this node will shortly.
+func (n *Node) waitNewerRecord(ctx context.Context, rec *raftfsm.DatabaseRecord) error {
+	ch, stop := n.fsm.Watch()
+	defer stop()
+	t := time.NewTimer(200 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if cur := n.recordOf(rec.DatabaseName); cur == nil || cur.Etag > rec.Etag {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-t.C:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 // wrapFirst keeps the first error's type (for the status) with every

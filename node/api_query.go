@@ -116,7 +116,11 @@ func (n *Node) queryShard(ctx context.Context, t target, shard int, req queryReq
 	var docs []*storage.Document
 	err := n.onShard(ctx, t, shard, true, func(ctx context.Context, rep shardReplica) error {
 		var err error
-		docs, err = rep.query(ctx, queryArgs{Query: req.Query, Params: req.QueryParameters, OwnerOnly: t.shard < 0})
+		args := queryArgs{Query: req.Query, Params: req.QueryParameters}
+		if t.shard < 0 {
+			args.Owners = t.rec.Sharding.BucketRanges
+		}
+		docs, err = rep.query(ctx, args)
 		return err
 	})
 	if err != nil {

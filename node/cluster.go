@@ -223,39 +223,67 @@ func (n *Node) handleApply(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, applyReply{Index: f.Index(), Duplicate: res.Duplicate})
 }
 
-// propose runs a command through raft (forwarding it to the leader when
-// this node is a follower) and waits until this node applied it and its
-// replicas reflect it.
-func (n *Node) propose(ctx context.Context, cmd raftfsm.Command) error {
-	var index uint64
-	if n.raft.r.State() == raft.Leader {
-		res, err := n.raft.propose(ctx, cmd)
-		if err == nil {
-			err = res.Err
-		}
-		if err != nil && !errors.Is(err, ErrNotLeader) {
-			return err
-		}
-		if err == nil {
-			index = n.fsm.AppliedIndex()
+// remoteError turns a forwarded command's error answer back into the
+// sentinel the state machine returned, so callers can test for it.
+func remoteError(ae *apiError) error {
+	for _, e := range []error{raftfsm.ErrStale, raftfsm.ErrConflict, raftfsm.ErrInvalid, raftfsm.ErrDatabaseExists, raftfsm.ErrDatabaseNotFound, raftfsm.ErrNodeNotFound} {
+		if ae.Type == typeOf(e) {
+			return fmt.Errorf("%w: %s", e, ae.Msg)
 		}
 	}
-	if index == 0 {
+	return ae
+}
+
+// proposeIndex runs a command through raft (forwarding it to the leader
+// when this node is a follower), waits until this node applied it, and
+// returns its raft index.
+func (n *Node) proposeIndex(ctx context.Context, cmd raftfsm.Command) (uint64, error) {
+	if n.raft.r.State() == raft.Leader {
 		data, err := raftfsm.Encode(cmd)
 		if err != nil {
-			return err
+			return 0, err
 		}
-		url := n.leaderURL()
-		if url == "" {
-			return unavailable("no raft leader is known to node %s", n.cfg.Node.Tag)
+		f := n.raft.r.Apply(data, 10*time.Second)
+		err = f.Error()
+		if err == nil {
+			res, _ := f.Response().(raftfsm.Result)
+			if res.Err != nil {
+				return 0, res.Err
+			}
+			return f.Index(), nil
 		}
-		var rep applyReply
-		if err := n.postJSON(ctx, url+"/internal/raft/apply", data, &rep); err != nil {
-			return err
+		if !errors.Is(err, raft.ErrNotLeader) && !errors.Is(err, raft.ErrLeadershipLost) {
+			return 0, unavailable("raft apply: %v", err)
 		}
-		index = rep.Index
 	}
-	if err := n.waitApplied(ctx, index); err != nil {
+	data, err := raftfsm.Encode(cmd)
+	if err != nil {
+		return 0, err
+	}
+	url := n.leaderURL()
+	if url == "" {
+		return 0, unavailable("no raft leader is known to node %s", n.cfg.Node.Tag)
+	}
+	var rep applyReply
+	if err := n.postJSON(ctx, url+"/internal/raft/apply", data, &rep); err != nil {
+		var ae *apiError
+		if errors.As(err, &ae) {
+			return 0, remoteError(ae)
+		}
+		return 0, err
+	}
+	if err := n.waitApplied(ctx, rep.Index); err != nil {
+		return 0, err
+	}
+	return rep.Index, nil
+}
+
+// propose runs a command through raft and waits until this node's
+// replicas reflect it and every reachable member applied it: for commands
+// (creating a database) after which any node must serve at once.
+func (n *Node) propose(ctx context.Context, cmd raftfsm.Command) error {
+	index, err := n.proposeIndex(ctx, cmd)
+	if err != nil {
 		return err
 	}
 	if err := n.replicas.waitFor(ctx, index); err != nil {

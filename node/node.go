@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -18,6 +19,8 @@ import (
 
 	"github.com/shardnode/shardnode/config"
 	"github.com/shardnode/shardnode/raftfsm"
+	"github.com/shardnode/shardnode/resharding"
+	"github.com/shardnode/shardnode/storage"
 )
 
 // Node is one running shardnode process.
@@ -32,7 +35,11 @@ type Node struct {
 	replicas *replicaSet
 	health   *health
 
-	rpcHandlers map[string]rpcHandler
+	rpcHandlers   map[string]rpcHandler
+	driver        *resharding.Driver
+	runCtx        context.Context
+	streams       context.Context
+	streamsCancel context.CancelFunc
 
 	httpLn  net.Listener
 	httpSrv *http.Server
@@ -56,6 +63,8 @@ func Start(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Nod
 	n := &Node{cfg: cfg, logger: logger, fsm: raftfsm.New(), started: time.Now(), health: newHealth(cfg.Node.Tag), rpcHandlers: map[string]rpcHandler{}, regKick: make(chan struct{}, 1)}
 	runCtx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
+	n.runCtx = runCtx
+	n.streams, n.streamsCancel = context.WithCancel(context.Background())
 	defer func() {
 		if err != nil {
 			n.Close()
@@ -63,11 +72,15 @@ func Start(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Nod
 	}()
 	n.cache = pebble.NewCache(256 << 20)
 	n.replicas = newReplicaSet(cfg.DatabasesDir(), cfg.Node.Tag, n.cache, busTransport{n}, logger)
+	n.replicas.newAgent = func(db string, shard int, s *storage.Store) io.Closer {
+		return agentCloser{resharding.NewAgent(reshardCluster{n}, db, shard, s, logger)}
+	}
 	if n.bus, err = startBus(cfg); err != nil {
 		return nil, err
 	}
 	n.registerShardRPC()
 	n.registerClusterRPC()
+	n.registerMigrationRPC()
 	if _, err := n.serveRPC(runCtx); err != nil {
 		return nil, err
 	}
@@ -79,6 +92,7 @@ func Start(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Nod
 	if n.raft, err = startRaft(cfg.RaftDir(), cfg.Node.Tag, cfg.Raft.Addr, bootstrap, n.fsm, logger); err != nil {
 		return nil, err
 	}
+	n.driver = resharding.NewDriver(reshardCluster{n}, n.databaseNames, logger)
 	n.wg.Add(4)
 	go n.followRecords(runCtx)
 	go n.leaderLoop(runCtx)
@@ -131,6 +145,9 @@ func (n *Node) Close() error {
 	}
 	n.closed = true
 	var errs []error
+	if n.streamsCancel != nil {
+		n.streamsCancel() // event streams end so HTTP shutdown does not wait on them
+	}
 	if n.httpSrv != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		if err := n.httpSrv.Shutdown(ctx); err != nil {
@@ -141,6 +158,9 @@ func (n *Node) Close() error {
 		n.httpLn.Close()
 	}
 	n.cancel()
+	if n.driver != nil {
+		n.driver.Close()
+	}
 	n.wg.Wait()
 	if n.raft != nil {
 		if err := n.raft.close(); err != nil {
@@ -237,3 +257,24 @@ func (n *Node) waitCaughtUp(ctx context.Context) error {
 		}
 	}
 }
+
+// databaseNames lists the databases in the state.
+func (n *Node) databaseNames() []string {
+	recs := n.fsm.Databases()
+	out := make([]string, len(recs))
+	for i, r := range recs {
+		out[i] = r.DatabaseName
+	}
+	return out
+}
+
+// agentCloser adapts a resharding agent to io.Closer.
+type agentCloser struct{ a *resharding.Agent }
+
+func (c agentCloser) Close() error {
+	c.a.Close()
+	return nil
+}
+
+// runCtxDone is closed when the node stops (ends long-lived streams).
+func (n *Node) runCtxDone() <-chan struct{} { return n.streams.Done() }

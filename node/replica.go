@@ -2,15 +2,18 @@ package node
 
 import (
 	"context"
+
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/shardnode/shardnode/bucket"
 	"net/http"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/shardnode/shardnode/replication"
+	"github.com/shardnode/shardnode/resharding"
 	"github.com/shardnode/shardnode/rql"
 	"github.com/shardnode/shardnode/storage"
 )
@@ -27,15 +30,17 @@ type shardReplica interface {
 	bucket(ctx context.Context, b uint32, maxIDs int) (bucketInfo, error)
 	rangeStats(ctx context.Context, from, to uint32) ([]storage.BucketStats, error)
 	conflicts(ctx context.Context, limit int) ([]storage.Conflict, error)
+	migrate(ctx context.Context, b *resharding.Batch) error
 }
 
 // queryArgs is a query as sent to one shard.
 type queryArgs struct {
 	Query  string         `json:"Query"`
 	Params map[string]any `json:"Params,omitempty"`
-	// OwnerOnly limits results to buckets the shard owns (queries through
-	// the database, not through "{db}${n}").
-	OwnerOnly bool `json:"OwnerOnly"`
+	// Owners, when set, limits results to the buckets these ranges give to
+	// the shard: the router's view of ownership, the same for every shard
+	// it asks, so a document on two shards during a move counts once.
+	Owners bucket.Ranges `json:"Owners,omitempty"`
 }
 
 // replicaStats are one replica's figures.
@@ -111,14 +116,13 @@ func (l *localReplica) query(_ context.Context, a queryArgs) ([]*storage.Documen
 	if err != nil {
 		return nil, badRequest("%v", err)
 	}
-	var rec = l.n.recordOf(l.db)
 	var hits []*storage.Document
 	var derr error
 	err = l.s.Scan(func(d *storage.Document) bool {
 		if !q.AllDocs && !strings.EqualFold(d.Collection, q.Collection) {
 			return true
 		}
-		if a.OwnerOnly && rec != nil && rec.ShardOf(d.Bucket) != l.shard {
+		if a.Owners != nil && a.Owners.ShardOf(d.Bucket) != l.shard {
 			return true
 		}
 		m, err := docMap(d)
@@ -183,6 +187,14 @@ func (l *localReplica) rangeStats(_ context.Context, from, to uint32) ([]storage
 
 func (l *localReplica) conflicts(_ context.Context, limit int) ([]storage.Conflict, error) {
 	return l.s.Conflicts(limit)
+}
+
+func (l *localReplica) migrate(ctx context.Context, b *resharding.Batch) error {
+	return resharding.ApplyBatch(ctx, l.s, b)
+}
+
+func (r *remoteReplica) migrate(ctx context.Context, b *resharding.Batch) error {
+	return r.n.call(ctx, r.tag, "migration.batch", b, nil)
 }
 
 // remoteReplica reaches a replica on another node over the bus.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -35,17 +36,20 @@ type replicaSet struct {
 	logger *slog.Logger
 
 	transport replication.Transport
+	// newAgent starts the resharding agent of a newly opened replica.
+	newAgent func(db string, shard int, s *storage.Store) io.Closer
 
 	mu         sync.RWMutex
 	stores     map[replicaKey]*storage.Store
 	reps       map[replicaKey]*replication.Replicator
+	agents     map[replicaKey]io.Closer
 	reconciled uint64        // raft index the set last reconciled to
 	changed    chan struct{} // closed and replaced at each reconcile
 }
 
 func newReplicaSet(dir, tag string, cache *pebble.Cache, transport replication.Transport, logger *slog.Logger) *replicaSet {
 	return &replicaSet{dir: dir, tag: tag, cache: cache, transport: transport, logger: logger,
-		stores: map[replicaKey]*storage.Store{}, reps: map[replicaKey]*replication.Replicator{}, changed: make(chan struct{})}
+		stores: map[replicaKey]*storage.Store{}, reps: map[replicaKey]*replication.Replicator{}, agents: map[replicaKey]io.Closer{}, changed: make(chan struct{})}
 }
 
 // getWithReplicator returns the local replica and its replicator.
@@ -60,6 +64,10 @@ func (rs *replicaSet) getWithReplicator(db string, shard int) (*storage.Store, *
 // closeReplica stops a replica's replication and closes its store; rs.mu
 // is held.
 func (rs *replicaSet) closeReplica(k replicaKey) error {
+	if a, ok := rs.agents[k]; ok {
+		_ = a.Close()
+		delete(rs.agents, k)
+	}
 	if r, ok := rs.reps[k]; ok {
 		r.Close()
 		delete(rs.reps, k)
@@ -175,6 +183,12 @@ func (rs *replicaSet) reconcile(index uint64, records []*raftfsm.DatabaseRecord)
 		rs.stores[k] = s
 		rs.reps[k] = rep
 		rs.mu.Unlock()
+		if rs.newAgent != nil {
+			ag := rs.newAgent(k.db, k.shard, s)
+			rs.mu.Lock()
+			rs.agents[k] = ag
+			rs.mu.Unlock()
+		}
 		rs.logger.Info("opened shard replica", "db", k.db, "shard", k.shard, "database_id", s.DatabaseID())
 	}
 	rs.mu.Lock()

@@ -1,0 +1,246 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/shardnode/shardnode/raftfsm"
+	"github.com/shardnode/shardnode/resharding"
+	"github.com/shardnode/shardnode/storage"
+)
+
+// reshardCluster gives the resharding workers what they need of the node.
+type reshardCluster struct{ n *Node }
+
+var _ resharding.Cluster = reshardCluster{}
+
+func (c reshardCluster) NodeTag() string { return c.n.cfg.Node.Tag }
+
+func (c reshardCluster) Record(db string) *raftfsm.DatabaseRecord { return c.n.recordOf(db) }
+
+func (c reshardCluster) Watch() (<-chan uint64, func()) { return c.n.fsm.Watch() }
+
+func (c reshardCluster) Propose(ctx context.Context, cmd raftfsm.Command) error {
+	_, err := c.n.proposeIndex(ctx, cmd)
+	return err
+}
+
+func (c reshardCluster) IsLeader() bool { return c.n.raft.r.State() == raft.Leader }
+
+func (c reshardCluster) Up(tag string) bool { return c.n.health.up(tag) }
+
+func (c reshardCluster) SendBatch(ctx context.Context, b *resharding.Batch) error {
+	rec := c.n.recordOf(b.DB)
+	if rec == nil {
+		return fmt.Errorf("database %q is gone", b.DB)
+	}
+	return c.n.onShard(ctx, target{rec: rec, shard: -1}, b.Shard, false, func(ctx context.Context, rep shardReplica) error {
+		return rep.migrate(ctx, b)
+	})
+}
+
+func (c reshardCluster) WaitAllApplied(ctx context.Context, index uint64) error {
+	return c.n.waitAllApplied(ctx, index)
+}
+
+func (c reshardCluster) RangeStats(ctx context.Context, db string, shard int, from, to uint32) ([]storage.BucketStats, error) {
+	rec := c.n.recordOf(db)
+	if rec == nil {
+		return nil, fmt.Errorf("database %q is gone", db)
+	}
+	var out []storage.BucketStats
+	err := c.n.onShard(ctx, target{rec: rec, shard: -1}, shard, true, func(ctx context.Context, rep shardReplica) error {
+		var err error
+		out, err = rep.rangeStats(ctx, from, to)
+		return err
+	})
+	return out, err
+}
+
+// waitAllApplied returns once this node and every reachable node applied
+// index: from then on every router sends the bucket's requests to its new
+// owner. A node that is down applies the index before it serves again.
+func (n *Node) waitAllApplied(ctx context.Context, index uint64) error {
+	if err := n.waitApplied(ctx, index); err != nil {
+		return err
+	}
+	for _, m := range n.fsm.Nodes() {
+		if m.Tag == n.cfg.Node.Tag || !n.health.up(m.Tag) {
+			continue
+		}
+		err := n.call(ctx, m.Tag, "node.applied", appliedRequest{Index: index}, nil)
+		if err != nil && !errors.Is(err, errUnreachable) {
+			return fmt.Errorf("node %s applying index %d: %w", m.Tag, index, err)
+		}
+	}
+	return nil
+}
+
+func (n *Node) registerMigrationRPC() {
+	n.rpcHandlers["migration.batch"] = func(ctx context.Context, data []byte) (any, error) {
+		var b resharding.Batch
+		if err := json.Unmarshal(data, &b); err != nil {
+			return nil, badRequest("decode migration batch: %v", err)
+		}
+		l, err := n.local(b.DB, b.Shard)
+		if err != nil {
+			return nil, err
+		}
+		return struct{}{}, l.migrate(ctx, &b)
+	}
+}
+
+// reshardRequest is POST /databases/{db}/resharding's body.
+type reshardRequest struct {
+	FromBucket *uint32 `json:"FromBucket"`
+	ToBucket   *uint32 `json:"ToBucket"`
+	ToShard    *int    `json:"ToShard"`
+}
+
+func (n *Node) handleStartResharding(w http.ResponseWriter, r *http.Request) {
+	t, err := n.resolve(r.PathValue("db"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if t.shard >= 0 {
+		writeError(w, badRequest("reshard the database %q, not one shard replica", t.rec.DatabaseName))
+		return
+	}
+	body, err := readBody(r, 64<<10)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var req reshardRequest
+	if err := decodeJSON(body, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	if req.FromBucket == nil || req.ToBucket == nil || req.ToShard == nil {
+		writeError(w, badRequest(`give "FromBucket", "ToBucket" and "ToShard"`))
+		return
+	}
+	if *req.FromBucket > *req.ToBucket || *req.ToBucket > 1<<20-1 {
+		writeError(w, badRequest("bucket range %d-%d: need 0 <= FromBucket <= ToBucket <= %d", *req.FromBucket, *req.ToBucket, 1<<20-1))
+		return
+	}
+	if _, ok := t.rec.Sharding.Shards[*req.ToShard]; !ok {
+		writeError(w, notFound("ShardDoesNotExist", "database %q has no shard %d (shards: %v)", t.rec.DatabaseName, *req.ToShard, t.rec.ShardNumbers()))
+		return
+	}
+	id := newOperationID()
+	cmd := &raftfsm.StartResharding{Meta: raftfsm.Meta{At: time.Now().UTC(), RequestID: r.Header.Get("Request-Id")}, Database: t.rec.DatabaseName,
+		OperationID: id, FromBucket: *req.FromBucket, ToBucket: *req.ToBucket, ToShard: *req.ToShard}
+	if _, err := n.proposeIndex(r.Context(), cmd); err != nil {
+		writeError(w, err)
+		return
+	}
+	n.logger.Info("resharding started", "db", t.rec.DatabaseName, "operation", id, "from", *req.FromBucket, "to", *req.ToBucket, "shard", *req.ToShard)
+	writeJSON(w, http.StatusAccepted, map[string]string{"OperationId": id})
+}
+
+// operationView is an operation with its live migrations, as the API shows
+// it.
+type operationView struct {
+	*raftfsm.ReshardingOperation
+	Current []migrationView `json:"CurrentBuckets"`
+	Alerts  []string        `json:"Alerts,omitempty"`
+}
+
+// migrationView adds what a reader needs to spot a stuck step.
+type migrationView struct {
+	*raftfsm.BucketMigration
+	InStatusFor string `json:"InStatusFor"`
+	Stuck       bool   `json:"Stuck"`
+}
+
+func viewMigration(m *raftfsm.BucketMigration) migrationView {
+	d := time.Since(m.StatusSince)
+	return migrationView{BucketMigration: m, InStatusFor: d.Round(time.Millisecond).String(), Stuck: d > resharding.StuckAfter}
+}
+
+func viewOperation(rec *raftfsm.DatabaseRecord, op *raftfsm.ReshardingOperation) operationView {
+	v := operationView{ReshardingOperation: op, Current: []migrationView{}}
+	for _, m := range rec.Sharding.BucketMigrations {
+		if m.OperationID != op.ID {
+			continue
+		}
+		mv := viewMigration(m)
+		v.Current = append(v.Current, mv)
+		if m.Failures > 0 {
+			v.Alerts = append(v.Alerts, fmt.Sprintf("bucket %d (%s) failing: %s", m.Bucket, m.Status, m.LastError))
+		}
+		if mv.Stuck {
+			v.Alerts = append(v.Alerts, fmt.Sprintf("bucket %d stuck in %s for %s", m.Bucket, m.Status, mv.InStatusFor))
+		}
+	}
+	return v
+}
+
+func (n *Node) handleListResharding(w http.ResponseWriter, r *http.Request) {
+	t, err := n.resolve(r.PathValue("db"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	out := []operationView{}
+	for _, op := range t.rec.Sharding.Resharding {
+		out = append(out, viewOperation(t.rec, op))
+	}
+	sortOperations(out)
+	migs := []migrationView{}
+	for _, m := range t.rec.Sharding.BucketMigrations {
+		migs = append(migs, viewMigration(m))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"Operations": out, "BucketMigrations": migs})
+}
+
+func (n *Node) handleGetResharding(w http.ResponseWriter, r *http.Request) {
+	t, err := n.resolve(r.PathValue("db"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	op, ok := t.rec.Sharding.Resharding[r.PathValue("id")]
+	if !ok {
+		writeError(w, notFound("OperationNotFound", "no resharding operation %q in %q", r.PathValue("id"), t.rec.DatabaseName))
+		return
+	}
+	writeJSON(w, http.StatusOK, viewOperation(t.rec, op))
+}
+
+// addShardRequest is POST /admin/databases/{db}/shards' body.
+type addShardRequest struct {
+	Members []string `json:"Members"`
+}
+
+func (n *Node) handleAddShard(w http.ResponseWriter, r *http.Request) {
+	t, err := n.resolve(r.PathValue("db"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	body, err := readBody(r, 64<<10)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var req addShardRequest
+	if err := decodeJSON(body, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	if err := n.propose(r.Context(), &raftfsm.AddShard{Meta: raftfsm.Meta{At: time.Now().UTC(), RequestID: r.Header.Get("Request-Id")}, Database: t.rec.DatabaseName, Members: req.Members}); err != nil {
+		writeError(w, err)
+		return
+	}
+	rec := n.recordOf(t.rec.DatabaseName)
+	writeJSON(w, http.StatusCreated, rec)
+}

@@ -1,0 +1,474 @@
+package resharding
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/shardnode/shardnode/changevector"
+	"github.com/shardnode/shardnode/raftfsm"
+	"github.com/shardnode/shardnode/replication"
+	"github.com/shardnode/shardnode/storage"
+)
+
+// Agent advances the migrations that involve one local shard replica.
+type Agent struct {
+	c      Cluster
+	db     string
+	shard  int
+	s      *storage.Store
+	logger *slog.Logger
+
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu       sync.Mutex
+	tasks    map[taskKey]context.CancelFunc
+	finished map[taskKey]bool
+	wg       sync.WaitGroup
+
+	lastSweep time.Time
+}
+
+// taskKey names one piece of work on one migration.
+type taskKey struct {
+	kind   string // "send", "cleanup", "confirm"
+	bucket uint32
+	index  uint64
+}
+
+// NewAgent starts the agent of db's shard replica s.
+func NewAgent(c Cluster, db string, shard int, s *storage.Store, logger *slog.Logger) *Agent {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	a := &Agent{c: c, db: db, shard: shard, s: s, logger: logger.With("db", db, "shard", shard, "component", "resharding"),
+		cancel: cancel, done: make(chan struct{}), tasks: map[taskKey]context.CancelFunc{}, finished: map[taskKey]bool{}}
+	go a.run(ctx)
+	return a
+}
+
+// Close stops the agent and every task it started, and waits for them.
+func (a *Agent) Close() {
+	a.cancel()
+	<-a.done
+}
+
+func (a *Agent) run(ctx context.Context) {
+	defer close(a.done)
+	defer a.wg.Wait()
+	ch, stop := a.c.Watch()
+	defer stop()
+	sweep := time.NewTimer(0)
+	defer sweep.Stop()
+	var lastRanges string
+	for {
+		rec := a.c.Record(a.db)
+		if rec == nil {
+			return
+		}
+		if _, ok := rec.Sharding.Shards[a.shard]; !ok {
+			return
+		}
+		waitStore := a.reconcile(ctx, rec)
+		// The documents migrator runs after ownership changes (at most once
+		// a second) and on a slow safety sweep.
+		ranges := fmt.Sprint(rec.Sharding.BucketRanges, len(rec.Sharding.BucketMigrations))
+		sweepNow := false
+		select {
+		case <-sweep.C:
+			sweepNow = true
+			sweep.Reset(migratorSweep)
+		default:
+		}
+		if (ranges != lastRanges && time.Since(a.lastSweep) > time.Second) || sweepNow {
+			lastRanges = ranges
+			a.lastSweep = time.Now()
+			a.migrateLeftovers(ctx, rec)
+		}
+		var changed <-chan struct{}
+		if waitStore {
+			changed = a.s.Changed()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-ch:
+		case <-changed:
+		case <-sweep.C:
+			sweep.Reset(0)
+		}
+	}
+}
+
+// reconcile starts the tasks the record asks of this replica and stops the
+// ones it no longer asks for. It reports whether a destination
+// confirmation waits on local commits.
+func (a *Agent) reconcile(ctx context.Context, rec *raftfsm.DatabaseRecord) bool {
+	want := map[taskKey]*raftfsm.BucketMigration{}
+	waitStore := false
+	me := a.c.NodeTag()
+	for _, m := range rec.Sharding.BucketMigrations {
+		switch {
+		case m.SourceShard == a.shard && m.IsActive():
+			if a.responsible(rec.Sharding.Shards[a.shard].Members) {
+				want[taskKey{"send", m.Bucket, m.MigrationIndex}] = m
+			}
+		case m.SourceShard == a.shard && m.Status == raftfsm.MigrationOwnershipTransferred:
+			if !slices.Contains(m.ConfirmedSourceCleanup, me) {
+				want[taskKey{"cleanup", m.Bucket, m.MigrationIndex}] = m
+			}
+		case m.DestinationShard == a.shard && m.Status == raftfsm.MigrationMoved && !slices.Contains(m.ConfirmedDestinations, me):
+			if a.covers(m) {
+				want[taskKey{"confirm", m.Bucket, m.MigrationIndex}] = m
+			} else {
+				waitStore = true
+			}
+		}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for k, cancel := range a.tasks {
+		if _, ok := want[k]; !ok {
+			cancel()
+			delete(a.tasks, k)
+		}
+	}
+	for k := range a.finished {
+		if _, ok := want[k]; !ok {
+			delete(a.finished, k)
+		}
+	}
+	for k, m := range want {
+		if _, running := a.tasks[k]; running || a.finished[k] {
+			continue
+		}
+		tctx, cancel := context.WithCancel(ctx)
+		a.tasks[k] = cancel
+		a.wg.Add(1)
+		go func() {
+			defer a.wg.Done()
+			var err error
+			switch k.kind {
+			case "send":
+				err = a.send(tctx, *m)
+			case "cleanup":
+				err = a.cleanup(tctx, *m)
+			case "confirm":
+				err = a.confirm(tctx, *m)
+			}
+			a.mu.Lock()
+			if a.tasks[k] != nil {
+				delete(a.tasks, k)
+				if err == nil {
+					a.finished[k] = true
+				}
+			}
+			a.mu.Unlock()
+			cancel()
+			if err != nil && tctx.Err() == nil {
+				a.logger.Warn("migration task failed; will retry", "task", k.kind, "bucket", k.bucket, "migration", k.index, "err", err)
+			}
+		}()
+	}
+	return waitStore
+}
+
+// responsible reports whether this node is the first reachable member of
+// members: the replica that does the shard's single-copy work. Two nodes
+// that disagree both do it, which is safe (duplicates are no-ops).
+func (a *Agent) responsible(members []string) bool {
+	for _, m := range members {
+		if a.c.Up(m) {
+			return m == a.c.NodeTag()
+		}
+	}
+	return false
+}
+
+// covers reports whether this replica's version of the bucket covers what
+// the source sent.
+func (a *Agent) covers(m *raftfsm.BucketMigration) bool {
+	st, err := a.s.BucketStats(m.Bucket)
+	if err != nil {
+		return false
+	}
+	have, err := changevector.ParseVector(st.ChangeVector)
+	if err != nil {
+		return false
+	}
+	want, err := changevector.ParseVector(m.LastSourceChangeVector)
+	if err != nil {
+		return false
+	}
+	return have.Covers(want)
+}
+
+// confirm records this destination replica's confirmation.
+func (a *Agent) confirm(ctx context.Context, m raftfsm.BucketMigration) error {
+	err := a.propose(ctx, &raftfsm.DestinationMigrationConfirm{Database: a.db, Bucket: m.Bucket, MigrationIndex: m.MigrationIndex, Node: a.c.NodeTag()})
+	if err == nil {
+		a.logger.Debug("confirmed migrated bucket", "bucket", m.Bucket, "migration", m.MigrationIndex)
+	}
+	return err
+}
+
+// propose retries a command until it applies, is stale (already done), or
+// ctx ends.
+func (a *Agent) propose(ctx context.Context, cmd raftfsm.Command) error {
+	b := newBackoff()
+	for {
+		err := a.c.Propose(ctx, cmd)
+		if err == nil || errors.Is(err, raftfsm.ErrStale) {
+			return nil
+		}
+		if errors.Is(err, raftfsm.ErrInvalid) || errors.Is(err, raftfsm.ErrConflict) {
+			return err
+		}
+		if !b.wait(ctx) {
+			return ctx.Err()
+		}
+	}
+}
+
+// send streams the bucket to the destination shard: a whole-bucket pass
+// from a snapshot, then the tail of the changes feed for later writes.
+// When a tail pass finds nothing new while Moving, it records
+// SourceMigrationSendCompleted with the merged version of everything sent.
+// It keeps tailing while Moved (writes still land here) and makes one last
+// pass after the ownership flip.
+func (a *Agent) send(ctx context.Context, m raftfsm.BucketMigration) error {
+	rec := a.c.Record(a.db)
+	if rec == nil {
+		return nil
+	}
+	s := &sender{a: a, m: m, dbid: rec.DatabaseID}
+	feed := a.s.LastEtag()
+	err := a.s.IterateBuckets(m.Bucket, m.Bucket, func(d *storage.Document) bool {
+		s.add(d)
+		if s.full() {
+			s.err = s.flush(ctx)
+		}
+		return s.err == nil
+	})
+	if err == nil {
+		err = s.err
+	}
+	if err == nil {
+		err = s.flush(ctx)
+	}
+	if err != nil {
+		return err
+	}
+	a.logger.Debug("sent bucket", "bucket", m.Bucket, "migration", m.MigrationIndex, "documents", s.docs)
+	ch, stop := a.c.Watch()
+	defer stop()
+	completed := m.Status == raftfsm.MigrationMoved
+	for {
+		changed := a.s.Changed()
+		cur := a.c.Record(a.db)
+		var status raftfsm.MigrationStatus
+		if cur != nil {
+			if mm, ok := cur.Sharding.BucketMigrations[m.Bucket]; ok && mm.MigrationIndex == m.MigrationIndex {
+				status = mm.Status
+			}
+		}
+		final := status != raftfsm.MigrationMoving && status != raftfsm.MigrationMoved
+		n, next, err := s.tail(ctx, feed)
+		if err != nil {
+			return err
+		}
+		feed = next
+		if final {
+			return nil // the flip happened (or the migration is gone): done
+		}
+		if n == 0 && !completed && status == raftfsm.MigrationMoving {
+			cmd := &raftfsm.SourceMigrationSendCompleted{Meta: raftfsm.Meta{At: time.Now().UTC()}, Database: a.db, Bucket: m.Bucket,
+				MigrationIndex: m.MigrationIndex, LastSourceChangeVector: s.version.String(), Documents: s.docs, Bytes: s.bytes}
+			if err := a.propose(ctx, cmd); err != nil {
+				return err
+			}
+			completed = true
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-changed:
+		case <-ch:
+		}
+	}
+}
+
+// sender accumulates one migration's batches.
+type sender struct {
+	a       *Agent
+	m       raftfsm.BucketMigration
+	dbid    string
+	batch   []replication.Item
+	size    int
+	version changevector.Vector
+	docs    int64
+	bytes   int64
+	fails   int
+	err     error
+}
+
+func (s *sender) add(d *storage.Document) {
+	if d.Artificial() {
+		return // local-only: never leaves this replica
+	}
+	cv, err := changevector.Parse(d.ChangeVector)
+	if err != nil {
+		s.err = fmt.Errorf("item %q: %w", d.ID, err)
+		return
+	}
+	s.version = changevector.Merge(s.version, cv.Version)
+	s.batch = append(s.batch, replication.Item{ID: d.ID, Collection: d.Collection, ChangeVector: d.ChangeVector, LastModified: d.LastModified, Flags: d.Flags, Body: d.Body})
+	s.size += len(d.Body) + len(d.ID) + len(d.ChangeVector) + 64
+}
+
+func (s *sender) full() bool { return len(s.batch) >= batchItems || s.size >= batchBytes }
+
+// flush sends the batch, retrying with backoff; a step that keeps failing
+// is recorded in the migration (visible in the record and the operation).
+func (s *sender) flush(ctx context.Context) error {
+	if len(s.batch) == 0 {
+		return nil
+	}
+	b := &Batch{DB: s.a.db, Shard: s.m.DestinationShard, Bucket: s.m.Bucket, MigrationIndex: s.m.MigrationIndex, DatabaseID: s.dbid, Items: s.batch}
+	bo := newBackoff()
+	for {
+		err := s.a.c.SendBatch(ctx, b)
+		if err == nil {
+			s.fails = 0
+			break
+		}
+		s.fails++
+		if s.fails%reportFailures == 0 {
+			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			_ = s.a.c.Propose(rctx, &raftfsm.ReportMigrationError{Meta: raftfsm.Meta{At: time.Now().UTC()}, Database: s.a.db, Bucket: s.m.Bucket,
+				MigrationIndex: s.m.MigrationIndex, Error: fmt.Sprintf("send to shard %d failed %d times: %v", s.m.DestinationShard, s.fails, err)})
+			cancel()
+		}
+		if !bo.wait(ctx) {
+			return ctx.Err()
+		}
+	}
+	s.docs += int64(len(s.batch))
+	s.bytes += int64(s.size)
+	s.batch, s.size = s.batch[:0], 0
+	return nil
+}
+
+// tail sends the bucket's items written after feed; it returns how many
+// it sent and the new feed position.
+func (s *sender) tail(ctx context.Context, feed uint64) (int, uint64, error) {
+	sent := 0
+	for {
+		docs, err := s.a.s.Changes(feed, 1024)
+		if err != nil {
+			return sent, feed, err
+		}
+		for _, d := range docs {
+			feed = d.Etag
+			if d.Bucket == s.m.Bucket && !d.Artificial() {
+				s.add(d)
+				sent++
+				if s.err != nil {
+					return sent, feed, s.err
+				}
+				if s.full() {
+					if err := s.flush(ctx); err != nil {
+						return sent, feed, err
+					}
+				}
+			}
+		}
+		if len(docs) < 1024 {
+			break
+		}
+	}
+	return sent, feed, s.flush(ctx)
+}
+
+// cleanup purges, once every node routes the bucket to its new owner, the
+// items the destination confirmed, and records this replica's cleanup.
+func (a *Agent) cleanup(ctx context.Context, m raftfsm.BucketMigration) error {
+	bo := newBackoff()
+	for {
+		if err := a.c.WaitAllApplied(ctx, m.ConfirmationIndex); err == nil {
+			break
+		}
+		if !bo.wait(ctx) {
+			return ctx.Err()
+		}
+	}
+	covered, err := changevector.ParseVector(m.LastSourceChangeVector)
+	if err != nil {
+		return fmt.Errorf("migration of bucket %d: LastSourceChangeVector: %w", m.Bucket, err)
+	}
+	var ops []storage.Op
+	err = a.s.IterateBuckets(m.Bucket, m.Bucket, func(d *storage.Document) bool {
+		if !d.Artificial() {
+			ops = append(ops, storage.Op{Kind: storage.OpPurge, ID: d.ID, CoveredBy: covered})
+		}
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	for len(ops) > 0 {
+		n := min(len(ops), 1024)
+		if _, err := a.s.Write(ctx, ops[:n]); err != nil {
+			return fmt.Errorf("purge bucket %d: %w", m.Bucket, err)
+		}
+		ops = ops[n:]
+	}
+	return a.propose(ctx, &raftfsm.SourceMigrationCleanup{Meta: raftfsm.Meta{At: time.Now().UTC()}, Database: a.db, Bucket: m.Bucket,
+		MigrationIndex: m.MigrationIndex, Node: a.c.NodeTag()})
+}
+
+// migrateLeftovers is the documents migrator: the first bucket holding
+// items that this shard does not own (and that no migration covers) gets a
+// migration to its owner. Artificial tombstones count nowhere, so a purged
+// bucket is never picked again.
+func (a *Agent) migrateLeftovers(ctx context.Context, rec *raftfsm.DatabaseRecord) {
+	if !a.responsible(rec.Sharding.Shards[a.shard].Members) {
+		return
+	}
+	for _, m := range rec.Sharding.BucketMigrations {
+		if m.SourceShard == a.shard && m.IsActive() {
+			return // one migration at a time from a shard
+		}
+	}
+	var found *storage.BucketStats
+	errStop := errors.New("stop")
+	_ = a.s.RangeStats(0, ^uint32(0)>>12, func(st storage.BucketStats) error {
+		if st.DocumentsCount+st.TombstonesCount == 0 || rec.ShardOf(st.Bucket) == a.shard {
+			return nil
+		}
+		if _, migrating := rec.Sharding.BucketMigrations[st.Bucket]; migrating {
+			return nil
+		}
+		found = &st
+		return errStop
+	})
+	if found == nil {
+		return
+	}
+	owner := rec.ShardOf(found.Bucket)
+	a.logger.Info("documents migrator found items in a bucket this shard does not own", "bucket", found.Bucket, "owner", owner, "documents", found.DocumentsCount, "tombstones", found.TombstonesCount)
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	err := a.c.Propose(pctx, &raftfsm.StartBucketMigration{Meta: raftfsm.Meta{At: time.Now().UTC()}, Database: a.db, Bucket: found.Bucket,
+		SourceShard: a.shard, DestinationShard: owner, Leftovers: true})
+	if err != nil && !errors.Is(err, raftfsm.ErrConflict) {
+		a.logger.Warn("documents migrator could not start a migration", "bucket", found.Bucket, "err", err)
+	}
+}

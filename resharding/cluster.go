@@ -1,0 +1,70 @@
+package resharding
+
+import (
+	"context"
+	"time"
+
+	"github.com/shardnode/shardnode/raftfsm"
+	"github.com/shardnode/shardnode/replication"
+	"github.com/shardnode/shardnode/storage"
+)
+
+// Cluster is what the resharding workers need from their node.
+type Cluster interface {
+	// NodeTag is this node's tag.
+	NodeTag() string
+	// Record returns db's current record (immutable), or nil.
+	Record(db string) *raftfsm.DatabaseRecord
+	// Watch notifies raft applies (coalesced).
+	Watch() (<-chan uint64, func())
+	// Propose applies a command through raft (forwarding to the leader).
+	Propose(ctx context.Context, cmd raftfsm.Command) error
+	// IsLeader reports whether this node is the raft leader.
+	IsLeader() bool
+	// Up reports whether a node is reachable.
+	Up(tag string) bool
+	// SendBatch stores a migration batch on a replica of its destination
+	// shard and returns once that replica committed it.
+	SendBatch(ctx context.Context, b *Batch) error
+	// WaitAllApplied returns once every reachable node applied index.
+	WaitAllApplied(ctx context.Context, index uint64) error
+	// RangeStats returns the bucket statistics of db's shard in [from, to]
+	// from one of its replicas.
+	RangeStats(ctx context.Context, db string, shard int, from, to uint32) ([]storage.BucketStats, error)
+}
+
+// Batch is a run of one migrating bucket's items sent to the destination.
+type Batch struct {
+	DB             string             `json:"Db"`
+	Shard          int                `json:"Shard"`
+	Bucket         uint32             `json:"Bucket"`
+	MigrationIndex uint64             `json:"MigrationIndex"`
+	DatabaseID     string             `json:"DatabaseId"`
+	Items          []replication.Item `json:"Items"`
+}
+
+// ApplyBatch stores a migration batch on the destination replica s: each
+// item keeps its version and gets this replica's order plus the MOVE
+// marker; items already held are no-ops.
+func ApplyBatch(ctx context.Context, s *storage.Store, b *Batch) error {
+	ops := make([]storage.Op, len(b.Items))
+	for i, it := range b.Items {
+		ops[i] = storage.Op{Kind: storage.OpMigrate, ID: it.ID, Collection: it.Collection, Body: it.Body, ChangeVector: it.ChangeVector,
+			LastModified: it.LastModified, Flags: it.Flags, MigrationIndex: b.MigrationIndex, DatabaseID: b.DatabaseID}
+	}
+	_, err := s.Write(ctx, ops)
+	return err
+}
+
+// Tunables.
+const (
+	batchItems     = 512
+	batchBytes     = 4 << 20
+	migratorSweep  = 10 * time.Second
+	stuckAfter     = 60 * time.Second
+	reportFailures = 3 // a step failing this many times in a row is recorded
+)
+
+// StuckAfter is how long a migration may stay in one status before the API
+// calls it stuck.
+const StuckAfter = stuckAfter

@@ -1,0 +1,236 @@
+package resharding
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sort"
+	"time"
+
+	"github.com/shardnode/shardnode/raftfsm"
+)
+
+// Driver turns running resharding operations into migrations. It runs on
+// every node and acts only on the raft leader, so a new leader takes over
+// an operation where the record says it is.
+type Driver struct {
+	c      Cluster
+	logger *slog.Logger
+	dbs    func() []string
+	cancel context.CancelFunc
+	done   chan struct{}
+	// queued holds, per operation and source shard, the non-empty buckets
+	// still to migrate (learned from the source's bucket statistics).
+	queued map[queueKey][]uint32
+}
+
+type queueKey struct {
+	op    string
+	shard int
+}
+
+// maxSpansPerCommand bounds one MoveEmptyBuckets command.
+const maxSpansPerCommand = 20000
+
+// NewDriver starts a driver; dbs lists the databases to watch.
+func NewDriver(c Cluster, dbs func() []string, logger *slog.Logger) *Driver {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	d := &Driver{c: c, dbs: dbs, logger: logger.With("component", "resharding-driver"), cancel: cancel, done: make(chan struct{}), queued: map[queueKey][]uint32{}}
+	go d.run(ctx)
+	return d
+}
+
+// Close stops the driver.
+func (d *Driver) Close() {
+	d.cancel()
+	<-d.done
+}
+
+func (d *Driver) run(ctx context.Context) {
+	defer close(d.done)
+	ch, stop := d.c.Watch()
+	defer stop()
+	retry := time.NewTimer(time.Hour)
+	defer retry.Stop()
+	for {
+		failed := false
+		if d.c.IsLeader() {
+			for _, db := range d.dbs() {
+				if err := d.step(ctx, db); err != nil && ctx.Err() == nil {
+					d.logger.Warn("resharding step failed; retrying", "db", db, "err", err)
+					failed = true
+				}
+			}
+		}
+		if failed {
+			retry.Reset(200 * time.Millisecond)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-ch:
+		case <-retry.C:
+		}
+	}
+}
+
+// step starts the next work of every running operation of db.
+func (d *Driver) step(ctx context.Context, db string) error {
+	rec := d.c.Record(db)
+	if rec == nil {
+		return nil
+	}
+	ops := make([]*raftfsm.ReshardingOperation, 0, len(rec.Sharding.Resharding))
+	for _, op := range rec.Sharding.Resharding {
+		if op.Status == raftfsm.OperationRunning {
+			ops = append(ops, op)
+		}
+	}
+	sort.Slice(ops, func(i, j int) bool { return ops[i].StartIndex < ops[j].StartIndex })
+	var errs []error
+	for _, op := range ops {
+		for _, src := range sourcesOf(rec, op) {
+			if busy(rec, src) {
+				continue
+			}
+			if err := d.advance(ctx, db, rec, op, src); err != nil {
+				errs = append(errs, err)
+			}
+			rec = d.c.Record(db)
+			if rec == nil {
+				return nil
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// sourcesOf lists the shards other than the target owning buckets of op.
+func sourcesOf(rec *raftfsm.DatabaseRecord, op *raftfsm.ReshardingOperation) []int {
+	seen := map[int]bool{}
+	var out []int
+	rs := rec.Sharding.BucketRanges
+	for i := range rs {
+		f, t := rs.Span(i)
+		if t < op.FromBucket || f > op.ToBucket || rs[i].ShardNumber == op.ToShard || seen[rs[i].ShardNumber] {
+			continue
+		}
+		seen[rs[i].ShardNumber] = true
+		out = append(out, rs[i].ShardNumber)
+	}
+	sort.Ints(out)
+	return out
+}
+
+// busy reports whether shard is sending a bucket (one at a time).
+func busy(rec *raftfsm.DatabaseRecord, shard int) bool {
+	for _, m := range rec.Sharding.BucketMigrations {
+		if m.SourceShard == shard && m.IsActive() {
+			return true
+		}
+	}
+	return false
+}
+
+// ownedSpans lists the parts of [from, to] that shard owns.
+func ownedSpans(rec *raftfsm.DatabaseRecord, shard int, from, to uint32) []raftfsm.BucketSpan {
+	var out []raftfsm.BucketSpan
+	rs := rec.Sharding.BucketRanges
+	for i := range rs {
+		f, t := rs.Span(i)
+		if t < from || f > to || rs[i].ShardNumber != shard {
+			continue
+		}
+		out = append(out, raftfsm.BucketSpan{From: max(f, from), To: min(t, to)})
+	}
+	return out
+}
+
+// advance moves the next piece of op's range off src: all empty buckets at
+// once, then the non-empty ones one by one.
+func (d *Driver) advance(ctx context.Context, db string, rec *raftfsm.DatabaseRecord, op *raftfsm.ReshardingOperation, src int) error {
+	key := queueKey{op.ID, src}
+	q := d.queued[key]
+	// Drop queued buckets that moved or are migrating meanwhile.
+	for len(q) > 0 && (rec.ShardOf(q[0]) != src || rec.Sharding.BucketMigrations[q[0]] != nil) {
+		q = q[1:]
+	}
+	if len(q) == 0 {
+		var err error
+		if q, err = d.refill(ctx, db, rec, op, src); err != nil {
+			return err
+		}
+		if len(q) == 0 {
+			delete(d.queued, key)
+			return nil
+		}
+	}
+	d.queued[key] = q[1:]
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	err := d.c.Propose(cctx, &raftfsm.StartBucketMigration{Meta: raftfsm.Meta{At: time.Now().UTC()}, Database: db, Bucket: q[0],
+		SourceShard: src, DestinationShard: op.ToShard, OperationID: op.ID})
+	if errors.Is(err, raftfsm.ErrConflict) {
+		return nil // raced with the documents migrator or another step: the next event retries
+	}
+	return err
+}
+
+// refill reads src's bucket statistics over op's range: every owned bucket
+// that holds nothing flips in one command, the others are queued.
+func (d *Driver) refill(ctx context.Context, db string, rec *raftfsm.DatabaseRecord, op *raftfsm.ReshardingOperation, src int) ([]uint32, error) {
+	spans := ownedSpans(rec, src, op.FromBucket, op.ToBucket)
+	if len(spans) == 0 {
+		return nil, nil
+	}
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	stats, err := d.c.RangeStats(sctx, db, src, spans[0].From, spans[len(spans)-1].To)
+	if err != nil {
+		return nil, err
+	}
+	full := map[uint32]bool{}
+	var q []uint32
+	for _, st := range stats {
+		if st.DocumentsCount+st.TombstonesCount > 0 && rec.ShardOf(st.Bucket) == src && rec.Sharding.BucketMigrations[st.Bucket] == nil {
+			full[st.Bucket] = true
+			q = append(q, st.Bucket)
+		}
+	}
+	// Empty buckets: everything owned in the spans except the full ones and
+	// those migrating.
+	var empty []raftfsm.BucketSpan
+	for _, sp := range spans {
+		start := sp.From
+		for b := sp.From; ; b++ {
+			skip := full[b] || rec.Sharding.BucketMigrations[b] != nil
+			if skip {
+				if b > start {
+					empty = append(empty, raftfsm.BucketSpan{From: start, To: b - 1})
+				}
+				start = b + 1
+			}
+			if b == sp.To {
+				if start <= sp.To && !skip {
+					empty = append(empty, raftfsm.BucketSpan{From: start, To: sp.To})
+				}
+				break
+			}
+		}
+	}
+	for len(empty) > 0 {
+		n := min(len(empty), maxSpansPerCommand)
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := d.c.Propose(pctx, &raftfsm.MoveEmptyBuckets{Meta: raftfsm.Meta{At: time.Now().UTC()}, Database: db, SourceShard: src,
+			DestinationShard: op.ToShard, Spans: empty[:n], OperationID: op.ID})
+		cancel()
+		if err != nil && !errors.Is(err, raftfsm.ErrConflict) {
+			return nil, err
+		}
+		empty = empty[n:]
+	}
+	return q, nil
+}
