@@ -238,6 +238,35 @@ func remoteError(ae *apiError) error {
 // when this node is a follower), waits until this node applied it, and
 // returns its raft index.
 func (n *Node) proposeIndex(ctx context.Context, cmd raftfsm.Command) (uint64, error) {
+	if s, ok := cmd.(interface{ SetRequestID(string) }); ok && cmd.Request() == "" {
+		s.SetRequestID(n.cfg.Node.Tag + "-" + newOperationID())
+	}
+	// Leadership can move under load: retry (the request id makes a retry
+	// of an applied command a no-op) until ctx or 15s end.
+	deadline := time.Now().Add(15 * time.Second)
+	delay := 20 * time.Millisecond
+	for {
+		index, err := n.proposeOnce(ctx, cmd)
+		if err == nil || !transientRaftError(err) || time.Now().After(deadline) || ctx.Err() != nil {
+			return index, err
+		}
+		select {
+		case <-time.After(delay):
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+		delay = min(delay*2, time.Second)
+	}
+}
+
+// transientRaftError reports errors that a retry may cure: no leader, a
+// leadership change, a forward that failed.
+func transientRaftError(err error) bool {
+	var ae *apiError
+	return errors.As(err, &ae) && ae.Status == http.StatusServiceUnavailable
+}
+
+func (n *Node) proposeOnce(ctx context.Context, cmd raftfsm.Command) (uint64, error) {
 	if n.raft.r.State() == raft.Leader {
 		data, err := raftfsm.Encode(cmd)
 		if err != nil {

@@ -59,9 +59,11 @@ func startRaft(dir, tag, addr string, bootstrap bool, fsm *raftfsm.FSM, logger *
 	leaderCh := make(chan bool, 16)
 	conf.NotifyCh = leaderCh
 	// Small clusters on one box: react fast, snapshot the small state often.
-	conf.HeartbeatTimeout = 500 * time.Millisecond
-	conf.ElectionTimeout = 500 * time.Millisecond
-	conf.LeaderLeaseTimeout = 250 * time.Millisecond
+	// Loopback clusters on 2 busy cores: fast enough to fail over in about
+	// a second, slow enough that CPU starvation does not depose leaders.
+	conf.HeartbeatTimeout = 1000 * time.Millisecond
+	conf.ElectionTimeout = 1000 * time.Millisecond
+	conf.LeaderLeaseTimeout = 500 * time.Millisecond
 	conf.SnapshotThreshold = 1024
 	existing, err := raft.HasExistingState(store, store, snaps)
 	if err != nil {

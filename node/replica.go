@@ -88,10 +88,14 @@ func (l *localReplica) get(_ context.Context, ids []string) ([]*storage.Document
 }
 
 func (l *localReplica) write(ctx context.Context, ops []storage.Op, wc writeConcern) ([]storage.Result, error) {
+	fence := l.n.replicas.fence(l.db, l.shard)
+	fence.RLock()
 	if err := l.n.guardWrites(l.db, l.shard, ops); err != nil {
+		fence.RUnlock()
 		return nil, err
 	}
 	res, err := l.s.Write(ctx, ops)
+	fence.RUnlock()
 	if err != nil || wc.Replicas <= 1 {
 		return res, err
 	}

@@ -43,13 +43,29 @@ type replicaSet struct {
 	stores     map[replicaKey]*storage.Store
 	reps       map[replicaKey]*replication.Replicator
 	agents     map[replicaKey]io.Closer
+	fences     map[replicaKey]*sync.RWMutex
 	reconciled uint64        // raft index the set last reconciled to
 	changed    chan struct{} // closed and replaced at each reconcile
 }
 
 func newReplicaSet(dir, tag string, cache *pebble.Cache, transport replication.Transport, logger *slog.Logger) *replicaSet {
 	return &replicaSet{dir: dir, tag: tag, cache: cache, transport: transport, logger: logger,
-		stores: map[replicaKey]*storage.Store{}, reps: map[replicaKey]*replication.Replicator{}, agents: map[replicaKey]io.Closer{}, changed: make(chan struct{})}
+		stores: map[replicaKey]*storage.Store{}, reps: map[replicaKey]*replication.Replicator{}, agents: map[replicaKey]io.Closer{}, fences: map[replicaKey]*sync.RWMutex{}, changed: make(chan struct{})}
+}
+
+// fence returns the lock that client writes to a replica hold (shared)
+// from their ownership check until their commit, so a bucket's sender can
+// wait out writes that passed the check before a flip.
+func (rs *replicaSet) fence(db string, shard int) *sync.RWMutex {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	k := replicaKey{db, shard}
+	f, ok := rs.fences[k]
+	if !ok {
+		f = &sync.RWMutex{}
+		rs.fences[k] = f
+	}
+	return f
 }
 
 // getWithReplicator returns the local replica and its replicator.

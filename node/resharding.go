@@ -45,6 +45,12 @@ func (c reshardCluster) SendBatch(ctx context.Context, b *resharding.Batch) erro
 	})
 }
 
+func (c reshardCluster) FenceWrites(db string, shard int) {
+	f := c.n.replicas.fence(db, shard)
+	f.Lock()
+	f.Unlock() //nolint:staticcheck // an empty critical section is the point: wait for readers
+}
+
 func (c reshardCluster) WaitAllApplied(ctx context.Context, index uint64) error {
 	return c.n.waitAllApplied(ctx, index)
 }

@@ -76,6 +76,10 @@ type Meta struct {
 // Request returns the request id.
 func (m Meta) Request() string { return m.RequestID }
 
+// SetRequestID sets the request id (proposers give every command one, so
+// a retry after an ambiguous failure applies once).
+func (m *Meta) SetRequestID(id string) { m.RequestID = id }
+
 // CreateDatabase creates a database record, spreading its shards over the
 // cluster's nodes.
 type CreateDatabase struct {

@@ -25,6 +25,7 @@ type Agent struct {
 
 	cancel context.CancelFunc
 	done   chan struct{}
+	kick   chan struct{} // a task ended: reconcile again
 
 	mu       sync.Mutex
 	tasks    map[taskKey]context.CancelFunc
@@ -48,7 +49,7 @@ func NewAgent(c Cluster, db string, shard int, s *storage.Store, logger *slog.Lo
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	a := &Agent{c: c, db: db, shard: shard, s: s, logger: logger.With("db", db, "shard", shard, "component", "resharding"),
-		cancel: cancel, done: make(chan struct{}), tasks: map[taskKey]context.CancelFunc{}, finished: map[taskKey]bool{}}
+		cancel: cancel, done: make(chan struct{}), kick: make(chan struct{}, 1), tasks: map[taskKey]context.CancelFunc{}, finished: map[taskKey]bool{}}
 	go a.run(ctx)
 	return a
 }
@@ -100,6 +101,7 @@ func (a *Agent) run(ctx context.Context) {
 			return
 		case <-ch:
 		case <-changed:
+		case <-a.kick:
 		case <-sweep.C:
 			sweep.Reset(0)
 		}
@@ -113,6 +115,13 @@ func (a *Agent) reconcile(ctx context.Context, rec *raftfsm.DatabaseRecord) bool
 	want := map[taskKey]*raftfsm.BucketMigration{}
 	waitStore := false
 	me := a.c.NodeTag()
+	a.mu.Lock()
+	sending := func(m *raftfsm.BucketMigration) bool {
+		_, running := a.tasks[taskKey{"send", m.Bucket, m.MigrationIndex}]
+		return running
+	}
+	sentFinal := func(m *raftfsm.BucketMigration) bool { return a.finished[taskKey{"send", m.Bucket, m.MigrationIndex}] }
+	a.mu.Unlock()
 	for _, m := range rec.Sharding.BucketMigrations {
 		switch {
 		case m.SourceShard == a.shard && m.IsActive():
@@ -120,7 +129,12 @@ func (a *Agent) reconcile(ctx context.Context, rec *raftfsm.DatabaseRecord) bool
 				want[taskKey{"send", m.Bucket, m.MigrationIndex}] = m
 			}
 		case m.SourceShard == a.shard && m.Status == raftfsm.MigrationOwnershipTransferred:
-			if !slices.Contains(m.ConfirmedSourceCleanup, me) {
+			// The sender makes one last pass after the flip (writes that
+			// passed the guard just before it); cleanup waits for it.
+			if sending(m) || sentFinal(m) {
+				want[taskKey{"send", m.Bucket, m.MigrationIndex}] = m
+			}
+			if !slices.Contains(m.ConfirmedSourceCleanup, me) && !sending(m) {
 				want[taskKey{"cleanup", m.Bucket, m.MigrationIndex}] = m
 			}
 		case m.DestinationShard == a.shard && m.Status == raftfsm.MigrationMoved && !slices.Contains(m.ConfirmedDestinations, me):
@@ -171,6 +185,10 @@ func (a *Agent) reconcile(ctx context.Context, rec *raftfsm.DatabaseRecord) bool
 			}
 			a.mu.Unlock()
 			cancel()
+			select {
+			case a.kick <- struct{}{}:
+			default:
+			}
 			if err != nil && tctx.Err() == nil {
 				a.logger.Warn("migration task failed; will retry", "task", k.kind, "bucket", k.bucket, "migration", k.index, "err", err)
 			}
@@ -279,6 +297,12 @@ func (a *Agent) send(ctx context.Context, m raftfsm.BucketMigration) error {
 			}
 		}
 		final := status != raftfsm.MigrationMoving && status != raftfsm.MigrationMoved
+		if final {
+			// Writes that passed the write guard before this node applied
+			// the flip may still be committing: wait for them, then send
+			// them in this last pass.
+			a.c.FenceWrites(a.db, a.shard)
+		}
 		n, next, err := s.tail(ctx, feed)
 		if err != nil {
 			return err
@@ -287,7 +311,10 @@ func (a *Agent) send(ctx context.Context, m raftfsm.BucketMigration) error {
 		if final {
 			return nil // the flip happened (or the migration is gone): done
 		}
-		if n == 0 && !completed && status == raftfsm.MigrationMoving {
+		// Caught up (the tail fit in one batch): record what was sent. Later
+		// writes keep flowing through the tail while Moved and in the last
+		// pass after the flip, so a steady write load cannot hold this up.
+		if n < batchItems && !completed && status == raftfsm.MigrationMoving {
 			cmd := &raftfsm.SourceMigrationSendCompleted{Meta: raftfsm.Meta{At: time.Now().UTC()}, Database: a.db, Bucket: m.Bucket,
 				MigrationIndex: m.MigrationIndex, LastSourceChangeVector: s.version.String(), Documents: s.docs, Bytes: s.bytes}
 			if err := a.propose(ctx, cmd); err != nil {

@@ -28,6 +28,9 @@ type Cluster interface {
 	SendBatch(ctx context.Context, b *Batch) error
 	// WaitAllApplied returns once every reachable node applied index.
 	WaitAllApplied(ctx context.Context, index uint64) error
+	// FenceWrites returns once every client write to db's local shard
+	// replica that passed the ownership check before the call committed.
+	FenceWrites(db string, shard int)
 	// RangeStats returns the bucket statistics of db's shard in [from, to]
 	// from one of its replicas.
 	RangeStats(ctx context.Context, db string, shard int, from, to uint32) ([]storage.BucketStats, error)

@@ -3,6 +3,7 @@ package systemtest
 import (
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -111,3 +112,119 @@ func TestMoveOneBucket(t *testing.T) {
 }
 
 func join(parts []string) string { return strings.Join(parts, ",") }
+
+// TestWritersDuringBackAndForthMoves: 100 concurrent writers of anchored
+// ids write into one bucket while it moves back and forth four times.
+// Afterwards exactly the acknowledged set exists, only on the final
+// owner, each with its last acknowledged value.
+func TestWritersDuringBackAndForthMoves(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{Nodes: 3})
+	A := c.URL(0)
+	testcluster.Must(t, 201, "PUT", A+"/admin/databases/db", `{"Shards":3,"ReplicationFactor":2}`)
+	b, home := bucketOf(t, A, "db", "users/1")
+	type ack struct {
+		v   int
+		del bool
+	}
+	var mu sync.Mutex
+	acked := map[string]ack{}
+	errs := map[string]int{}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := 0; w < 100; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			url := c.URL(w % 3)
+			for i := 1; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				id := fmt.Sprintf("n-%d$users/1", w*10+i%10)
+				var r testcluster.Response
+				var err error
+				del := i%7 == 0
+				if del {
+					r, err = testcluster.Do("DELETE", fmt.Sprintf("%s/databases/db/docs?id=%s", url, id), "")
+				} else {
+					r, err = testcluster.Do("PUT", fmt.Sprintf("%s/databases/db/docs?id=%s", url, id), fmt.Sprintf(`{"W":%d,"I":%d}`, w, i))
+				}
+				mu.Lock()
+				switch {
+				case err != nil:
+					errs[err.Error()]++
+				case r.Status == 201 || r.Status == 204:
+					acked[id] = ack{i, del}
+				default:
+					errs[fmt.Sprintf("%d %.120s", r.Status, r.Body)]++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	shards := []int{(home + 1) % 3, home, (home + 2) % 3, home}
+	for _, to := range shards {
+		id := startReshard(t, c.URL(2), "db", b, b, to)
+		waitOperation(t, A, "db", id, 60*time.Second)
+	}
+	close(stop)
+	wg.Wait()
+	if len(errs) > 0 {
+		t.Fatalf("clients saw errors during the moves: %v", errs)
+	}
+	final := home
+	// Exactly the acknowledged state, through any node.
+	for id, a := range acked {
+		r, err := testcluster.Do("GET", fmt.Sprintf("%s/databases/db/docs?id=%s", c.URL(1), id), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.del {
+			if r.Status != 404 {
+				t.Fatalf("%s: deleted last, but GET answers %d %s", id, r.Status, r.Body)
+			}
+			continue
+		}
+		if r.Status != 200 {
+			t.Fatalf("%s: acknowledged I=%d, GET answers %d", id, a.v, r.Status)
+		}
+		d := r.JSON(t)["Results"].([]any)[0].(map[string]any)
+		if int(d["I"].(float64)) != a.v {
+			for shard, tags := range shardMembers(t, A, "db") {
+				for _, tag := range tags {
+					rr, _ := testcluster.Do("GET", fmt.Sprintf("%s/databases/db$%d/docs?id=%s", memberByTag(c, tag).URL(), shard, id), "")
+					t.Logf("shard %d on %s: %d %s", shard, tag, rr.Status, rr.Body)
+				}
+			}
+			cs, _ := testcluster.Do("GET", A+"/databases/db/conflicts", "")
+			t.Logf("conflicts: %s", cs.Body)
+			t.Fatalf("%s: I=%v, last acknowledged %d", id, d["I"], a.v)
+		}
+	}
+	// Only on the final owner, on every replica, once cleanup finished.
+	live := 0
+	for _, a := range acked {
+		if !a.del {
+			live++
+		}
+	}
+	members := shardMembers(t, A, "db")
+	testcluster.WaitFor(t, 30*time.Second, "every replica to settle", func() error {
+		for shard, tags := range members {
+			for _, tag := range tags {
+				bk := testcluster.Must(t, 200, "GET", fmt.Sprintf("%s/databases/db$%d/buckets/%d", memberByTag(c, tag).URL(), shard, b), "").JSON(t)
+				want := 0
+				if shard == final {
+					want = live
+				}
+				if int(bk["DocumentsCount"].(float64)) != want {
+					return fmt.Errorf("shard %d on %s holds %v documents of bucket %d, want %d", shard, tag, bk["DocumentsCount"], b, want)
+				}
+			}
+		}
+		return nil
+	})
+	t.Logf("%d ids acknowledged (%d live) across 4 moves", len(acked), live)
+}
