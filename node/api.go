@@ -155,7 +155,7 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 		return nil, badRequest("read request body: %v", err)
 	}
 	if int64(len(b)) > limit {
-		return nil, &apiError{Status: http.StatusRequestEntityTooLarge, Type: "BodyTooLarge", Msg: fmt.Sprintf("request body exceeds the limit of %d bytes (http.max-body-bytes / http.max-document-bytes)", limit)}
+		return nil, &apiError{Status: http.StatusRequestEntityTooLarge, Type: "BodyTooLarge", Msg: fmt.Sprintf("request body exceeds the limit of %d bytes for %s %s", limit, r.Method, r.URL.Path)}
 	}
 	return b, nil
 }

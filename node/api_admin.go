@@ -113,7 +113,7 @@ func (n *Node) handleCreateDatabase(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	cmd := &raftfsm.CreateDatabase{Meta: raftfsm.Meta{RequestID: r.Header.Get("Request-Id"), At: time.Now().UTC()}, Name: name,
-		DatabaseID: changevector.NewDatabaseID(), Shards: req.Shards, ReplicationFactor: req.ReplicationFactor}
+		DatabaseID: changevector.NewDatabaseID(), Shards: req.Shards, ReplicationFactor: req.ReplicationFactor, Candidates: n.upNodes()}
 	if err := raftfsm.ValidateCreate(cmd); err != nil {
 		writeError(w, err)
 		return
@@ -152,4 +152,15 @@ func (n *Node) handleDeleteDatabase(w http.ResponseWriter, r *http.Request) {
 	}
 	n.logger.Info("deleted database", "db", t.rec.DatabaseName)
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// upNodes lists the members this node currently sees up.
+func (n *Node) upNodes() []string {
+	var out []string
+	for _, m := range n.fsm.Nodes() {
+		if n.health.up(m.Tag) {
+			out = append(out, m.Tag)
+		}
+	}
+	return out
 }

@@ -283,8 +283,8 @@ func (n *Node) handleBucketOf(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	b, shard := shardFor(t, id)
-	writeJSON(w, http.StatusOK, map[string]any{"Id": id, "Bucket": b, "Shard": shard})
+	b := bucket.ForID(id)
+	writeJSON(w, http.StatusOK, map[string]any{"Id": id, "Bucket": b, "Shard": t.rec.ShardOf(b)})
 }
 
 // handleConflicts lists the losing versions of resolved replication

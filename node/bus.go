@@ -38,6 +38,10 @@ func startBus(cfg *config.Config) (*bus, error) {
 	}
 	if port == 0 {
 		port = server.RANDOM_PORT
+	} else if l, err := net.Listen("tcp", cfg.NATS.Listen); err != nil {
+		return nil, fmt.Errorf("nats.listen %s: %w", cfg.NATS.Listen, err)
+	} else {
+		l.Close()
 	}
 	opts := &server.Options{
 		ServerName: cfg.Cluster.Name + "-" + cfg.Node.Tag,

@@ -424,7 +424,7 @@ func (n *Node) postJSON(ctx context.Context, url string, body []byte, out any) e
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Forwarded-By", n.cfg.Node.Tag)
+	req.Header.Set("Sent-By", n.cfg.Node.Tag)
 	res, err := httpClient.Do(req)
 	if err != nil {
 		return unavailable("post %s: %v", url, err)

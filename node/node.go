@@ -37,6 +37,7 @@ type Node struct {
 
 	rpcHandlers   map[string]rpcHandler
 	driver        *resharding.Driver
+	lock          *dirLock
 	runCtx        context.Context
 	streams       context.Context
 	streamsCancel context.CancelFunc
@@ -70,6 +71,9 @@ func Start(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Nod
 			n.Close()
 		}
 	}()
+	if n.lock, err = lockDataDir(cfg.Node.DataDir); err != nil {
+		return nil, err
+	}
 	n.cache = pebble.NewCache(256 << 20)
 	n.replicas = newReplicaSet(cfg.DatabasesDir(), cfg.Node.Tag, n.cache, busTransport{n}, logger)
 	n.replicas.newAgent = func(db string, shard int, s *storage.Store) io.Closer {
@@ -178,6 +182,7 @@ func (n *Node) Close() error {
 	if n.cache != nil {
 		n.cache.Unref()
 	}
+	n.lock.release()
 	n.logger.Info("node stopped")
 	return errors.Join(errs...)
 }

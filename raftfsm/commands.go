@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"time"
 
@@ -52,7 +53,7 @@ var (
 	// ErrNodeNotFound means no node has that tag.
 	ErrNodeNotFound = errors.New("node not found")
 	// ErrInvalid wraps every validation failure of a command's content.
-	ErrInvalid = errors.New("invalid command")
+	ErrInvalid = errors.New("invalid request")
 )
 
 // Command is a typed state-machine command.
@@ -88,6 +89,9 @@ type CreateDatabase struct {
 	DatabaseID        string `json:"DatabaseId"`
 	Shards            int    `json:"Shards"`
 	ReplicationFactor int    `json:"ReplicationFactor"`
+	// Candidates, when set, are the nodes the proposer saw up: shards go
+	// to them only (apply cannot look at health; the proposer can).
+	Candidates []string `json:"Candidates,omitempty"`
 }
 
 // Type implements Command.
@@ -189,11 +193,13 @@ func applyCreateDatabase(s *State, index uint64, c *CreateDatabase) (any, error)
 	}
 	tags := make([]string, 0, len(s.Nodes))
 	for t := range s.Nodes {
-		tags = append(tags, t)
+		if len(c.Candidates) == 0 || slices.Contains(c.Candidates, t) {
+			tags = append(tags, t)
+		}
 	}
 	sort.Slice(tags, func(i, j int) bool { return TagLess(tags[i], tags[j]) })
 	if c.ReplicationFactor > len(tags) {
-		return nil, fmt.Errorf("%w: ReplicationFactor %d exceeds the %d node(s) in the cluster", ErrInvalid, c.ReplicationFactor, len(tags))
+		return nil, fmt.Errorf("%w: ReplicationFactor %d exceeds the %d node(s) available in the cluster", ErrInvalid, c.ReplicationFactor, len(tags))
 	}
 	rec := &DatabaseRecord{
 		DatabaseName:      c.Name,
