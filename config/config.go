@@ -34,6 +34,26 @@ type Config struct {
 	Cluster ClusterConfig `yaml:"cluster" json:"cluster"`
 	// Log configures logging.
 	Log LogConfig `yaml:"log" json:"log"`
+	// Resharding tunes the online bucket migration workers.
+	Resharding ReshardingConfig `yaml:"resharding" json:"resharding"`
+	// Debug holds settings for tests and fault drills.
+	Debug DebugConfig `yaml:"debug" json:"debug"`
+}
+
+// ReshardingConfig is the "resharding" section.
+type ReshardingConfig struct {
+	// MigratorIntervalMs is how often (milliseconds) the documents migrator
+	// sweeps for items in buckets their shard does not own, besides after
+	// every ownership change (resharding.migrator-interval-ms).
+	MigratorIntervalMs int64 `yaml:"migrator-interval-ms" json:"migrator-interval-ms"`
+}
+
+// DebugConfig is the "debug" section.
+type DebugConfig struct {
+	// Failpoints pauses named steps, for fault tests: a comma-separated list
+	// of name=duration, e.g. "resharding/before-cleanup=30s"
+	// (debug.failpoints). Never set it in production.
+	Failpoints string `yaml:"failpoints" json:"failpoints"`
 }
 
 // NodeConfig is the "node" section.
@@ -132,6 +152,7 @@ func Default() Config {
 			Level:  "info",
 			Format: "text",
 		},
+		Resharding: ReshardingConfig{MigratorIntervalMs: 10000},
 	}
 }
 
@@ -174,6 +195,8 @@ func (c *Config) fields() []field {
 		{"cluster.name", "cluster-name", &c.Cluster.Name, "cluster name"},
 		{"log.level", "log-level", &c.Log.Level, "log level: debug, info, warn or error"},
 		{"log.format", "log-format", &c.Log.Format, "log format: text or json"},
+		{"resharding.migrator-interval-ms", "", &c.Resharding.MigratorIntervalMs, "documents migrator sweep interval in milliseconds"},
+		{"debug.failpoints", "", &c.Debug.Failpoints, "fault-test pauses: name=duration,... (never in production)"},
 	}
 }
 

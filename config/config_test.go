@@ -100,12 +100,13 @@ func TestDefaults(t *testing.T) {
 		t.Fatalf("defaults do not validate: %v", err)
 	}
 	want := Config{
-		Node:    NodeConfig{Tag: "A", DataDir: "./shardnode-data"},
-		HTTP:    HTTPConfig{Addr: "127.0.0.1:8080", MaxBodyBytes: 64 << 20, MaxDocumentBytes: 16 << 20},
-		Raft:    RaftConfig{Addr: "127.0.0.1:7070", Bootstrap: true},
-		NATS:    NATSConfig{Listen: "127.0.0.1:4222"},
-		Cluster: ClusterConfig{Name: "shardnode"},
-		Log:     LogConfig{Level: "info", Format: "text"},
+		Node:       NodeConfig{Tag: "A", DataDir: "./shardnode-data"},
+		HTTP:       HTTPConfig{Addr: "127.0.0.1:8080", MaxBodyBytes: 64 << 20, MaxDocumentBytes: 16 << 20},
+		Raft:       RaftConfig{Addr: "127.0.0.1:7070", Bootstrap: true},
+		NATS:       NATSConfig{Listen: "127.0.0.1:4222"},
+		Cluster:    ClusterConfig{Name: "shardnode"},
+		Log:        LogConfig{Level: "info", Format: "text"},
+		Resharding: ReshardingConfig{MigratorIntervalMs: 10000},
 	}
 	if !reflect.DeepEqual(d, want) {
 		t.Fatalf("Default() = %+v, want %+v", d, want)
@@ -174,12 +175,13 @@ func TestFileOnly(t *testing.T) {
 	p := writeFile(t, "shardnode.yaml", fullYAML)
 	c := mustLoad(t, p, env(nil), nil)
 	want := Config{
-		Node:    NodeConfig{Tag: "BC", DataDir: "/data/b"},
-		HTTP:    HTTPConfig{Addr: "0.0.0.0:9090", MaxBodyBytes: 1 << 20, MaxDocumentBytes: 4 << 10},
-		Raft:    RaftConfig{Addr: "10.0.0.2:7071", Bootstrap: false, Join: "http://10.0.0.1:8080"},
-		NATS:    NATSConfig{Listen: "10.0.0.2:4223", ClusterListen: "10.0.0.2:6222", Routes: []string{"nats-route://10.0.0.1:6222", "nats-route://10.0.0.3:6222"}},
-		Cluster: ClusterConfig{Name: "prod-1"},
-		Log:     LogConfig{Level: "debug", Format: "json"},
+		Node:       NodeConfig{Tag: "BC", DataDir: "/data/b"},
+		HTTP:       HTTPConfig{Addr: "0.0.0.0:9090", MaxBodyBytes: 1 << 20, MaxDocumentBytes: 4 << 10},
+		Raft:       RaftConfig{Addr: "10.0.0.2:7071", Bootstrap: false, Join: "http://10.0.0.1:8080"},
+		NATS:       NATSConfig{Listen: "10.0.0.2:4223", ClusterListen: "10.0.0.2:6222", Routes: []string{"nats-route://10.0.0.1:6222", "nats-route://10.0.0.3:6222"}},
+		Cluster:    ClusterConfig{Name: "prod-1"},
+		Log:        LogConfig{Level: "debug", Format: "json"},
+		Resharding: ReshardingConfig{MigratorIntervalMs: 10000},
 	}
 	if !reflect.DeepEqual(*c, want) {
 		t.Fatalf("got  %+v\nwant %+v", *c, want)
@@ -573,7 +575,7 @@ func TestEnvNameAndKeys(t *testing.T) {
 		t.Fatalf("EnvName = %q", got)
 	}
 	keys := Keys()
-	if len(keys) != 15 || keys[0] != "node.tag" {
+	if len(keys) != 17 || keys[0] != "node.tag" || keys[16] != "debug.failpoints" {
 		t.Fatalf("Keys = %q", keys)
 	}
 }

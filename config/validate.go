@@ -126,6 +126,12 @@ func (c *Config) Validate() error {
 	}
 
 	// log
+	if c.Resharding.MigratorIntervalMs < 10 {
+		bad("resharding.migrator-interval-ms", c.Resharding.MigratorIntervalMs, "must be at least 10")
+	}
+	if _, err := ParseFailpoints(c.Debug.Failpoints); err != nil {
+		bad("debug.failpoints", c.Debug.Failpoints, "%s", err.Error())
+	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":
 	default:

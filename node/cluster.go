@@ -241,6 +241,9 @@ func (n *Node) proposeIndex(ctx context.Context, cmd raftfsm.Command) (uint64, e
 	if s, ok := cmd.(interface{ SetRequestID(string) }); ok && cmd.Request() == "" {
 		s.SetRequestID(n.cfg.Node.Tag + "-" + newOperationID())
 	}
+	if s, ok := cmd.(interface{ StampIfUnset(time.Time) }); ok {
+		s.StampIfUnset(time.Now().UTC())
+	}
 	// Leadership can move under load: retry (the request id makes a retry
 	// of an applied command a no-op) until ctx or 15s end.
 	deadline := time.Now().Add(15 * time.Second)

@@ -38,6 +38,7 @@ type Node struct {
 	rpcHandlers   map[string]rpcHandler
 	driver        *resharding.Driver
 	lock          *dirLock
+	failpoints    map[string]time.Duration
 	runCtx        context.Context
 	streams       context.Context
 	streamsCancel context.CancelFunc
@@ -71,6 +72,9 @@ func Start(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Nod
 			n.Close()
 		}
 	}()
+	if n.failpoints, err = config.ParseFailpoints(cfg.Debug.Failpoints); err != nil {
+		return nil, fmt.Errorf("debug.failpoints: %w", err)
+	}
 	if n.lock, err = lockDataDir(cfg.Node.DataDir); err != nil {
 		return nil, err
 	}

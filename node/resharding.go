@@ -45,6 +45,24 @@ func (c reshardCluster) SendBatch(ctx context.Context, b *resharding.Batch) erro
 	})
 }
 
+func (c reshardCluster) Failpoint(ctx context.Context, name string) {
+	d, ok := c.n.failpoints[name]
+	if !ok {
+		return
+	}
+	c.n.logger.Warn("failpoint: pausing", "failpoint", name, "for", d)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+func (c reshardCluster) MigratorInterval() time.Duration {
+	return time.Duration(c.n.cfg.Resharding.MigratorIntervalMs) * time.Millisecond
+}
+
 func (c reshardCluster) FenceWrites(db string, shard int) {
 	f := c.n.replicas.fence(db, shard)
 	f.Lock()

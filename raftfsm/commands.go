@@ -77,6 +77,13 @@ type Meta struct {
 // Request returns the request id.
 func (m Meta) Request() string { return m.RequestID }
 
+// StampIfUnset sets At to t unless the proposer already did.
+func (m *Meta) StampIfUnset(t time.Time) {
+	if m.At.IsZero() {
+		m.At = t
+	}
+}
+
 // SetRequestID sets the request id (proposers give every command one, so
 // a retry after an ambiguous failure applies once).
 func (m *Meta) SetRequestID(id string) { m.RequestID = id }

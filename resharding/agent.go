@@ -84,7 +84,7 @@ func (a *Agent) run(ctx context.Context) {
 		select {
 		case <-sweep.C:
 			sweepNow = true
-			sweep.Reset(migratorSweep)
+			sweep.Reset(a.c.MigratorInterval())
 		default:
 		}
 		if (ranges != lastRanges && time.Since(a.lastSweep) > time.Second) || sweepNow {
@@ -229,6 +229,7 @@ func (a *Agent) covers(m *raftfsm.BucketMigration) bool {
 
 // confirm records this destination replica's confirmation.
 func (a *Agent) confirm(ctx context.Context, m raftfsm.BucketMigration) error {
+	a.c.Failpoint(ctx, "resharding/before-confirm")
 	err := a.propose(ctx, &raftfsm.DestinationMigrationConfirm{Database: a.db, Bucket: m.Bucket, MigrationIndex: m.MigrationIndex, Node: a.c.NodeTag()})
 	if err == nil {
 		a.logger.Debug("confirmed migrated bucket", "bucket", m.Bucket, "migration", m.MigrationIndex)
@@ -315,6 +316,7 @@ func (a *Agent) send(ctx context.Context, m raftfsm.BucketMigration) error {
 		// writes keep flowing through the tail while Moved and in the last
 		// pass after the flip, so a steady write load cannot hold this up.
 		if n < batchItems && !completed && status == raftfsm.MigrationMoving {
+			a.c.Failpoint(ctx, "resharding/before-send-completed")
 			cmd := &raftfsm.SourceMigrationSendCompleted{Meta: raftfsm.Meta{At: time.Now().UTC()}, Database: a.db, Bucket: m.Bucket,
 				MigrationIndex: m.MigrationIndex, LastSourceChangeVector: s.version.String(), Documents: s.docs, Bytes: s.bytes}
 			if err := a.propose(ctx, cmd); err != nil {
@@ -436,6 +438,7 @@ func (a *Agent) cleanup(ctx context.Context, m raftfsm.BucketMigration) error {
 			return ctx.Err()
 		}
 	}
+	a.c.Failpoint(ctx, "resharding/before-cleanup")
 	covered, err := changevector.ParseVector(m.LastSourceChangeVector)
 	if err != nil {
 		return fmt.Errorf("migration of bucket %d: LastSourceChangeVector: %w", m.Bucket, err)

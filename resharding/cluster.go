@@ -31,6 +31,11 @@ type Cluster interface {
 	// FenceWrites returns once every client write to db's local shard
 	// replica that passed the ownership check before the call committed.
 	FenceWrites(db string, shard int)
+	// Failpoint pauses at a named step when a fault test configured it
+	// (debug.failpoints); otherwise it returns at once.
+	Failpoint(ctx context.Context, name string)
+	// MigratorInterval is the documents migrator's sweep interval.
+	MigratorInterval() time.Duration
 	// RangeStats returns the bucket statistics of db's shard in [from, to]
 	// from one of its replicas.
 	RangeStats(ctx context.Context, db string, shard int, from, to uint32) ([]storage.BucketStats, error)
@@ -63,7 +68,6 @@ func ApplyBatch(ctx context.Context, s *storage.Store, b *Batch) error {
 const (
 	batchItems     = 512
 	batchBytes     = 4 << 20
-	migratorSweep  = 10 * time.Second
 	stuckAfter     = 60 * time.Second
 	reportFailures = 3 // a step failing this many times in a row is recorded
 )

@@ -40,6 +40,10 @@ type Options struct {
 	// Verbose sends node logs to stderr (in-process) or keeps them in each
 	// member's node.log (processes, always).
 	Verbose bool
+	// Failpoints is debug.failpoints for every node (fault tests).
+	Failpoints string
+	// MigratorInterval is resharding.migrator-interval-ms (0: default).
+	MigratorIntervalMs int64
 }
 
 // Cluster is a running test cluster.
@@ -116,6 +120,10 @@ func (m *Member) config() config.Config {
 			}
 		}
 	}
+	cfg.Debug.Failpoints = m.c.opts.Failpoints
+	if m.c.opts.MigratorIntervalMs > 0 {
+		cfg.Resharding.MigratorIntervalMs = m.c.opts.MigratorIntervalMs
+	}
 	if m != m.c.Members[0] {
 		cfg.Raft.Bootstrap = false
 		cfg.Raft.Join = m.c.Members[0].URL()
@@ -180,6 +188,8 @@ func (m *Member) startProcess() {
 		m.c.t.Fatal(err)
 	}
 	cmd := exec.Command(Binary(m.c.t), args...)
+	cmd.Env = append(os.Environ(), "SHARDNODE_DEBUG_FAILPOINTS="+cfg.Debug.Failpoints,
+		fmt.Sprintf("SHARDNODE_RESHARDING_MIGRATOR_INTERVAL_MS=%d", cfg.Resharding.MigratorIntervalMs))
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		m.c.t.Fatalf("start node %s: %v", m.Tag, err)
