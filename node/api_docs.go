@@ -72,48 +72,9 @@ func (n *Node) handleGetDocs(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	// One request per shard, shards in parallel.
-	docs := make([]*storage.Document, len(ids))
-	shards := make([]int, len(ids))
-	byShard := map[int][]int{}
-	for i, id := range ids {
-		_, shards[i] = shardFor(t, id)
-		byShard[shards[i]] = append(byShard[shards[i]], i)
-	}
-	var mu sync.Mutex
-	var errs []error
-	var wg sync.WaitGroup
-	for shard, idx := range byShard {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			want := make([]string, len(idx))
-			for k, i := range idx {
-				want[k] = ids[i]
-			}
-			err := n.onShard(r.Context(), t, shard, true, func(ctx context.Context, rep shardReplica) error {
-				got, err := rep.get(ctx, want)
-				if err != nil {
-					return err
-				}
-				if len(got) != len(want) {
-					return fmt.Errorf("shard %d answered %d documents for %d ids", shard, len(got), len(want))
-				}
-				for k, i := range idx {
-					docs[i] = got[k]
-				}
-				return nil
-			})
-			if err != nil {
-				mu.Lock()
-				errs = append(errs, err)
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	if len(errs) > 0 {
-		writeError(w, errs[0])
+	docs, shards, err := n.fetchDocs(r.Context(), t, ids)
+	if err != nil {
+		writeError(w, err)
 		return
 	}
 	if len(ids) == 1 && docs[0] == nil {
@@ -134,6 +95,75 @@ func (n *Node) handleGetDocs(w http.ResponseWriter, r *http.Request) {
 	}
 	out = append(out, `],"Includes":{}}`...)
 	writeRaw(w, http.StatusOK, out)
+}
+
+// fetchDocs reads ids, one request per shard, shards in parallel. A shard
+// that already purged a bucket this router still maps to it refuses
+// (StaleRecord): the router waits for the newer record and reads again.
+func (n *Node) fetchDocs(ctx context.Context, t target, ids []string) ([]*storage.Document, []int, error) {
+	for attempt := 0; ; attempt++ {
+		docs, shards, err := n.fetchDocsOnce(ctx, t, ids)
+		if err == nil || !isStaleRecord(err) || attempt >= maxRerouteAttempts {
+			return docs, shards, err
+		}
+		if err := n.waitNewerRecord(ctx, t.rec); err != nil {
+			return nil, nil, err
+		}
+		if rec := n.recordOf(t.rec.DatabaseName); rec != nil {
+			t.rec = rec
+		}
+	}
+}
+
+func isStaleRecord(err error) bool {
+	var ae *apiError
+	return errors.As(err, &ae) && ae.Type == "StaleRecord"
+}
+
+func (n *Node) fetchDocsOnce(ctx context.Context, t target, ids []string) ([]*storage.Document, []int, error) {
+	docs := make([]*storage.Document, len(ids))
+	shards := make([]int, len(ids))
+	byShard := map[int][]int{}
+	for i, id := range ids {
+		_, shards[i] = shardFor(t, id)
+		byShard[shards[i]] = append(byShard[shards[i]], i)
+	}
+	var mu sync.Mutex
+	var errs []error
+	var wg sync.WaitGroup
+	for shard, idx := range byShard {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			want := make([]string, len(idx))
+			for k, i := range idx {
+				want[k] = ids[i]
+			}
+			err := n.onShard(ctx, t, shard, true, func(ctx context.Context, rep shardReplica) error {
+				got, err := rep.get(ctx, want, t.rec.Etag)
+				if err != nil {
+					return err
+				}
+				if len(got) != len(want) {
+					return fmt.Errorf("shard %d answered %d documents for %d ids", shard, len(got), len(want))
+				}
+				for k, i := range idx {
+					docs[i] = got[k]
+				}
+				return nil
+			})
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		return nil, nil, errs[0]
+	}
+	return docs, shards, nil
 }
 
 func renderDoc(dst []byte, d *storage.Document, b uint32, shard int) []byte {

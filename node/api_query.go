@@ -58,22 +58,22 @@ func (n *Node) handleQuery(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badRequest("%v", err))
 		return
 	}
-	shards := t.rec.ShardNumbers()
-	if t.shard >= 0 {
-		shards = []int{t.shard}
+	var perShard [][]queryHit
+	for attempt := 0; ; attempt++ {
+		perShard, err = n.queryShards(r.Context(), t, req)
+		if err == nil || !isStaleRecord(err) || attempt >= maxRerouteAttempts {
+			break
+		}
+		// A shard purged a bucket that this router's record still gives
+		// it: run the whole query again on the newer record.
+		if err = n.waitNewerRecord(r.Context(), t.rec); err != nil {
+			break
+		}
+		if rec := n.recordOf(t.rec.DatabaseName); rec != nil {
+			t.rec = rec
+		}
 	}
-	perShard := make([][]queryHit, len(shards))
-	errs := make([]error, len(shards))
-	var wg sync.WaitGroup
-	for i, shard := range shards {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			perShard[i], errs[i] = n.queryShard(r.Context(), t, shard, req)
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	if err != nil {
 		writeError(w, err)
 		return
 	}
@@ -108,6 +108,28 @@ func (n *Node) handleQuery(w http.ResponseWriter, r *http.Request) {
 	writeRaw(w, http.StatusOK, out)
 }
 
+// queryShards asks every shard of t, in parallel.
+func (n *Node) queryShards(ctx context.Context, t target, req queryRequest) ([][]queryHit, error) {
+	shards := targetShards(t)
+	perShard := make([][]queryHit, len(shards))
+	errs := make([]error, len(shards))
+	var wg sync.WaitGroup
+	for i, shard := range shards {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			perShard[i], errs[i] = n.queryShard(ctx, t, shard, req)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return perShard, nil
+}
+
 // queryShard asks one replica of shard for matches, then decodes them for
 // ordering. Through the database (not "{db}${n}"), a shard answers only
 // for the buckets it owns, so a document that exists on two shards while
@@ -118,7 +140,7 @@ func (n *Node) queryShard(ctx context.Context, t target, shard int, req queryReq
 		var err error
 		args := queryArgs{Query: req.Query, Params: req.QueryParameters}
 		if t.shard < 0 {
-			args.Owners = t.rec.Sharding.BucketRanges
+			args.Owners, args.RecordEtag = t.rec.Sharding.BucketRanges, t.rec.Etag
 		}
 		docs, err = rep.query(ctx, args)
 		return err

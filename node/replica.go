@@ -23,7 +23,7 @@ import (
 // handler never knows where its shard lives.
 type shardReplica interface {
 	node() string
-	get(ctx context.Context, ids []string) ([]*storage.Document, error)
+	get(ctx context.Context, ids []string, recordEtag uint64) ([]*storage.Document, error)
 	write(ctx context.Context, ops []storage.Op, wc writeConcern) ([]storage.Result, error)
 	query(ctx context.Context, q queryArgs) ([]*storage.Document, error)
 	stats(ctx context.Context) (replicaStats, error)
@@ -41,6 +41,8 @@ type queryArgs struct {
 	// the shard: the router's view of ownership, the same for every shard
 	// it asks, so a document on two shards during a move counts once.
 	Owners bucket.Ranges `json:"Owners,omitempty"`
+	// RecordEtag is the etag of the record Owners came from.
+	RecordEtag uint64 `json:"RecordEtag,omitempty"`
 }
 
 // replicaStats are one replica's figures.
@@ -72,8 +74,10 @@ type localReplica struct {
 
 func (l *localReplica) node() string { return l.n.cfg.Node.Tag }
 
-func (l *localReplica) get(_ context.Context, ids []string) ([]*storage.Document, error) {
+func (l *localReplica) get(_ context.Context, ids []string, recordEtag uint64) ([]*storage.Document, error) {
 	out := make([]*storage.Document, len(ids))
+	// Read, then check the purge floor: a purge raises the floor before it
+	// writes, so a read that the check lets through came before the purge.
 	for i, id := range ids {
 		d, err := l.s.Get(id)
 		if errors.Is(err, storage.ErrNotFound) {
@@ -83,6 +87,9 @@ func (l *localReplica) get(_ context.Context, ids []string) ([]*storage.Document
 			return nil, err
 		}
 		out[i] = d
+	}
+	if err := l.n.replicas.checkView(l.db, l.shard, recordEtag); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
@@ -122,7 +129,8 @@ func (l *localReplica) query(_ context.Context, a queryArgs) ([]*storage.Documen
 	}
 	var hits []*storage.Document
 	var derr error
-	err = l.s.Scan(func(d *storage.Document) bool {
+	check := func() error { return l.n.replicas.checkView(l.db, l.shard, a.RecordEtag) }
+	err = l.s.ScanChecked(check, func(d *storage.Document) bool {
 		if !q.AllDocs && !strings.EqualFold(d.Collection, q.Collection) {
 			return true
 		}
@@ -222,6 +230,7 @@ type shardRequest struct {
 	From        uint32        `json:"From,omitempty"`
 	To          uint32        `json:"To,omitempty"`
 	Limit       int           `json:"Limit,omitempty"`
+	RecordEtag  uint64        `json:"RecordEtag,omitempty"` // the router's record (reads refuse stale views)
 	Timeout     time.Duration `json:"-"`
 }
 
@@ -262,9 +271,9 @@ type wireOp struct {
 
 func (r *remoteReplica) node() string { return r.tag }
 
-func (r *remoteReplica) get(ctx context.Context, ids []string) ([]*storage.Document, error) {
+func (r *remoteReplica) get(ctx context.Context, ids []string, recordEtag uint64) ([]*storage.Document, error) {
 	var docs []*wireDoc
-	if err := r.n.call(ctx, r.tag, "shard.get", shardRequest{DB: r.db, Shard: r.shard, IDs: ids}, &docs); err != nil {
+	if err := r.n.call(ctx, r.tag, "shard.get", shardRequest{DB: r.db, Shard: r.shard, IDs: ids, RecordEtag: recordEtag}, &docs); err != nil {
 		return nil, err
 	}
 	out := make([]*storage.Document, len(docs))
@@ -336,7 +345,7 @@ func (n *Node) registerShardRPC() {
 		if err != nil {
 			return nil, err
 		}
-		docs, err := l.get(ctx, req.IDs)
+		docs, err := l.get(ctx, req.IDs, req.RecordEtag)
 		if err != nil {
 			return nil, err
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -44,13 +45,14 @@ type replicaSet struct {
 	reps       map[replicaKey]*replication.Replicator
 	agents     map[replicaKey]io.Closer
 	fences     map[replicaKey]*sync.RWMutex
+	purged     map[replicaKey]uint64 // highest ConfirmationIndex whose purge began
 	reconciled uint64        // raft index the set last reconciled to
 	changed    chan struct{} // closed and replaced at each reconcile
 }
 
 func newReplicaSet(dir, tag string, cache *pebble.Cache, transport replication.Transport, logger *slog.Logger) *replicaSet {
 	return &replicaSet{dir: dir, tag: tag, cache: cache, transport: transport, logger: logger,
-		stores: map[replicaKey]*storage.Store{}, reps: map[replicaKey]*replication.Replicator{}, agents: map[replicaKey]io.Closer{}, fences: map[replicaKey]*sync.RWMutex{}, changed: make(chan struct{})}
+		stores: map[replicaKey]*storage.Store{}, reps: map[replicaKey]*replication.Replicator{}, agents: map[replicaKey]io.Closer{}, fences: map[replicaKey]*sync.RWMutex{}, purged: map[replicaKey]uint64{}, changed: make(chan struct{})}
 }
 
 // fence returns the lock that client writes to a replica hold (shared)
@@ -66,6 +68,28 @@ func (rs *replicaSet) fence(db string, shard int) *sync.RWMutex {
 		rs.fences[k] = f
 	}
 	return f
+}
+
+// notePurge records, before a purge writes anything, the raft index whose
+// ownership flip it follows.
+func (rs *replicaSet) notePurge(db string, shard int, index uint64) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	k := replicaKey{db, shard}
+	rs.purged[k] = max(rs.purged[k], index)
+}
+
+// checkView refuses a read routed with a record older than a flip whose
+// purge began here: the router must see the new owner and ask it.
+func (rs *replicaSet) checkView(db string, shard int, recordEtag uint64) error {
+	rs.mu.RLock()
+	floor := rs.purged[replicaKey{db, shard}]
+	rs.mu.RUnlock()
+	if recordEtag != 0 && recordEtag < floor {
+		return &apiError{Status: http.StatusConflict, Type: "StaleRecord",
+			Msg: fmt.Sprintf("shard %d moved buckets away at raft index %d; the request was routed with record %d", shard, floor, recordEtag)}
+	}
+	return nil
 }
 
 // getWithReplicator returns the local replica and its replicator.

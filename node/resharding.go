@@ -63,6 +63,10 @@ func (c reshardCluster) MigratorInterval() time.Duration {
 	return time.Duration(c.n.cfg.Resharding.MigratorIntervalMs) * time.Millisecond
 }
 
+func (c reshardCluster) NotePurge(db string, shard int, index uint64) {
+	c.n.replicas.notePurge(db, shard, index)
+}
+
 func (c reshardCluster) FenceWrites(db string, shard int) {
 	f := c.n.replicas.fence(db, shard)
 	f.Lock()

@@ -443,6 +443,7 @@ func (a *Agent) cleanup(ctx context.Context, m raftfsm.BucketMigration) error {
 	if err != nil {
 		return fmt.Errorf("migration of bucket %d: LastSourceChangeVector: %w", m.Bucket, err)
 	}
+	a.c.NotePurge(a.db, a.shard, m.ConfirmationIndex)
 	var ops []storage.Op
 	err = a.s.IterateBuckets(m.Bucket, m.Bucket, func(d *storage.Document) bool {
 		if !d.Artificial() {

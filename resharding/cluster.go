@@ -28,6 +28,10 @@ type Cluster interface {
 	SendBatch(ctx context.Context, b *Batch) error
 	// WaitAllApplied returns once every reachable node applied index.
 	WaitAllApplied(ctx context.Context, index uint64) error
+	// NotePurge is called before a source replica purges a moved bucket:
+	// reads routed with a record older than index must be refused from then
+	// on, because the replica no longer holds what they expect.
+	NotePurge(db string, shard int, index uint64)
 	// FenceWrites returns once every client write to db's local shard
 	// replica that passed the ownership check before the call committed.
 	FenceWrites(db string, shard int)

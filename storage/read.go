@@ -124,10 +124,36 @@ func (s *Store) IterateBuckets(from, to uint32, fn func(*Document) bool) error {
 // Scan calls fn for every live document of the replica, in bucket order,
 // from one consistent snapshot, until fn returns false.
 func (s *Store) Scan(fn func(*Document) bool) error {
-	return s.IterateBuckets(0, bucket.MaxID, func(d *Document) bool {
-		if d.Deleted() {
-			return true
+	return s.ScanChecked(nil, fn)
+}
+
+// ScanChecked is Scan with a check that runs once the snapshot is taken and
+// before the first document: a caller can refuse a snapshot that an event
+// before it (a purge) made incomplete for the caller's purpose.
+func (s *Store) ScanChecked(check func() error, fn func(*Document) bool) error {
+	lower, upper := bucketBounds(0, bucket.MaxID)
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return fmt.Errorf("scan: %w", err)
+	}
+	defer closeQuietly(it)
+	if check != nil {
+		if err := check(); err != nil {
+			return err
 		}
-		return fn(d)
-	})
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		k := it.Key()
+		d, err := decodeItem(binary.BigEndian.Uint32(k[1:5]), it.Value())
+		if err != nil {
+			return fmt.Errorf("item %q: %w", k[5:], err)
+		}
+		if d.Deleted() {
+			continue
+		}
+		if !fn(d) {
+			break
+		}
+	}
+	return it.Error()
 }

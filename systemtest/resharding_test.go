@@ -1,6 +1,7 @@
 package systemtest
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -227,4 +228,98 @@ func TestWritersDuringBackAndForthMoves(t *testing.T) {
 		return nil
 	})
 	t.Logf("%d ids acknowledged (%d live) across 4 moves", len(acked), live)
+}
+
+// TestQueriesDuringRangeMove runs queries without pause while a range of
+// 1,000 buckets holding 50,000 documents moves: every answer holds every
+// document exactly once.
+func TestQueriesDuringRangeMove(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{Nodes: 3})
+	A := c.URL(0)
+	testcluster.Must(t, 201, "PUT", A+"/admin/databases/db", `{"Shards":3,"ReplicationFactor":2}`)
+	// 50,000 documents over the 1,000 buckets anchored by tenant/0..999,
+	// which all live in shard 0's range or elsewhere: find the range first.
+	const docs, tenants = 50000, 1000
+	buckets := map[uint32]bool{}
+	var cmds []string
+	for i := 0; i < docs; i++ {
+		cmds = append(cmds, fmt.Sprintf(`{"Type":"PUT","Id":"d%d$t/%d","Document":{"N":%d,"@metadata":{"@collection":"Items"}}}`, i, i%tenants, i))
+		if len(cmds) == 2000 {
+			testcluster.Must(t, 201, "POST", A+"/databases/db/bulk_docs", `{"Commands":[`+join(cmds)+`]}`)
+			cmds = cmds[:0]
+		}
+	}
+	for i := 0; i < tenants; i++ {
+		b, _ := bucketOf(t, A, "db", fmt.Sprintf("t/%d", i))
+		buckets[b] = true
+	}
+	// Move the whole of shard 0's range (it holds about a third of the
+	// tenants' buckets, plus empty ones) to shard 2.
+	rec := testcluster.Must(t, 200, "GET", A+"/admin/databases/db", "").JSON(t)
+	ranges := rec["Sharding"].(map[string]any)["BucketRanges"].([]any)
+	to := uint32(ranges[1].(map[string]any)["BucketRangeStart"].(float64)) - 1
+	moving := 0
+	for b := range buckets {
+		if b <= to {
+			moving++
+		}
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var queries int
+	var bad error
+	var mu sync.Mutex
+	for q := 0; q < 2; q++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				r, err := testcluster.Expect(200, "POST", c.URL(q+1)+"/databases/db/queries", `{"Query":"from Items"}`)
+				if err == nil {
+					var out struct {
+						Results      []map[string]any
+						TotalResults int
+					}
+					err = json.Unmarshal(r.Body, &out)
+					seen := map[float64]bool{}
+					for _, d := range out.Results {
+						n := d["N"].(float64)
+						if seen[n] {
+							err = fmt.Errorf("document %v twice", n)
+							break
+						}
+						seen[n] = true
+					}
+					if err == nil && (len(seen) != docs || out.TotalResults != docs) {
+						err = fmt.Errorf("query saw %d documents (TotalResults %d), want %d", len(seen), out.TotalResults, docs)
+					}
+				}
+				mu.Lock()
+				queries++
+				if err != nil && bad == nil {
+					bad = err
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	start := time.Now()
+	id := startReshard(t, A, "db", 0, to, 2)
+	op := waitOperation(t, A, "db", id, 5*time.Minute)
+	elapsed := time.Since(start)
+	close(stop)
+	wg.Wait()
+	if bad != nil {
+		t.Fatalf("after %d queries: %v", queries, bad)
+	}
+	if op["DocumentsMoved"].(float64) < float64(docs*moving/tenants) {
+		t.Fatalf("operation moved %v documents, want about %d", op["DocumentsMoved"], docs*moving/tenants)
+	}
+	t.Logf("moved %d non-empty buckets (+%d empty) in %v (%.1f ms per non-empty bucket) under %d full queries, each exact",
+		moving, int(to)+1-moving, elapsed.Round(time.Millisecond), float64(elapsed.Milliseconds())/float64(moving), queries)
 }
