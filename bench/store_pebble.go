@@ -1,0 +1,180 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/shardnode/shardnode/bucket"
+)
+
+// pebbleOptions mirrors storage/store.go's pebbleOptions (the tuned profile
+// of DESIGN §8) value for value, so the raw baseline differs from shardnode
+// only by what shardnode adds on top of Pebble. Keep the two in step.
+func pebbleOptions(cache *pebble.Cache) *pebble.Options {
+	o := &pebble.Options{
+		Cache:                       cache,
+		MemTableSize:                32 << 20,
+		MemTableStopWritesThreshold: 4,
+		L0CompactionThreshold:       2,
+		L0StopWritesThreshold:       1000,
+		LBaseMaxBytes:               256 << 20,
+		CompactionConcurrencyRange:  func() (int, int) { return 1, 2 },
+		Logger:                      quietLogger{},
+	}
+	o.EnsureDefaults()
+	return o
+}
+
+// quietLogger drops Pebble's informational lines.
+type quietLogger struct{}
+
+func (quietLogger) Infof(string, ...any)  {}
+func (quietLogger) Errorf(string, ...any) {}
+func (quietLogger) Fatalf(format string, args ...any) {
+	panic(fmt.Sprintf(format, args...))
+}
+
+// pebbleSystem is the raw Pebble baseline: one Pebble instance per shard,
+// as a shardnode node keeps, sharing one 256 MiB block cache as the node's
+// replicas do; records go to the instance that owns the bucket of their
+// id, under their big-endian key number.
+type pebbleSystem struct {
+	dir    string
+	shards int
+	cache  *pebble.Cache
+}
+
+func newPebbleSystem(dir string, shards int) *pebbleSystem {
+	return &pebbleSystem{dir: dir, shards: shards, cache: pebble.NewCache(256 << 20)}
+}
+
+func (s *pebbleSystem) name() string { return "pebble" }
+
+func (s *pebbleSystem) close() error {
+	s.cache.Unref()
+	return nil
+}
+
+func (s *pebbleSystem) dataset(_ context.Context, name string, _ bool) (dataset, error) {
+	d := &pebbleDataset{dir: filepath.Join(s.dir, name), ranges: bucket.EvenSplit(s.shards)}
+	if err := os.RemoveAll(d.dir); err != nil {
+		return nil, fmt.Errorf("clear %s: %w", d.dir, err)
+	}
+	for i := range s.shards {
+		db, err := pebble.Open(filepath.Join(d.dir, "shard-"+strconv.Itoa(i)), pebbleOptions(s.cache))
+		if err != nil {
+			_ = d.drop(context.Background())
+			return nil, fmt.Errorf("open pebble %s: %w", d.dir, err)
+		}
+		d.dbs = append(d.dbs, db)
+	}
+	return d, nil
+}
+
+// pebbleDataset is one set of per-shard Pebble instances.
+type pebbleDataset struct {
+	dir    string
+	ranges bucket.Ranges
+	dbs    []*pebble.DB
+}
+
+// shardOf routes key number k as shardnode routes its id.
+func (d *pebbleDataset) shardOf(k int64) *pebble.DB {
+	return d.dbs[d.ranges.ShardOf(bucket.ForID(keyName(k)))]
+}
+
+func (d *pebbleDataset) client(context.Context, int) (client, error) {
+	return &pebbleClient{d: d}, nil
+}
+
+func (d *pebbleDataset) drop(context.Context) error {
+	var errs []error
+	for _, db := range d.dbs {
+		errs = append(errs, db.Close())
+	}
+	d.dbs = nil
+	errs = append(errs, os.RemoveAll(d.dir))
+	return errors.Join(errs...)
+}
+
+// pebbleClient calls Pebble directly; Pebble's commit pipeline shares
+// fsyncs between concurrent synced writes.
+type pebbleClient struct {
+	d   *pebbleDataset
+	buf []byte
+}
+
+func (c *pebbleClient) close() {}
+
+func (c *pebbleClient) read(_ context.Context, k int64) error {
+	v, closer, err := c.d.shardOf(k).Get(pebbleKey(k))
+	if err != nil {
+		return fmt.Errorf("get %d: %w", k, err)
+	}
+	c.buf = append(c.buf[:0], v...)
+	return closer.Close()
+}
+
+func (c *pebbleClient) write(_ context.Context, k int64, rec []byte) error {
+	if err := c.d.shardOf(k).Set(pebbleKey(k), rec, pebble.Sync); err != nil {
+		return fmt.Errorf("set %d: %w", k, err)
+	}
+	return nil
+}
+
+// scan range-scans every instance, as a query fans out to every shard.
+func (c *pebbleClient) scan(_ context.Context, k int64, n int) error {
+	for _, db := range c.d.dbs {
+		it, err := db.NewIter(&pebble.IterOptions{LowerBound: pebbleKey(k), UpperBound: pebbleKey(k + int64(n))})
+		if err != nil {
+			return fmt.Errorf("scan from %d: %w", k, err)
+		}
+		for ok := it.First(); ok; ok = it.Next() {
+			c.buf = append(c.buf[:0], it.Value()...)
+		}
+		if err := it.Close(); err != nil {
+			return fmt.Errorf("scan from %d: %w", k, err)
+		}
+	}
+	return nil
+}
+
+// writeBatch commits one synced batch per instance, instances in
+// parallel, as shardnode's bulk_docs does.
+func (c *pebbleClient) writeBatch(_ context.Context, keys []int64, recs [][]byte) error {
+	batches := make([]*pebble.Batch, len(c.d.dbs))
+	for i, k := range keys {
+		shard := c.d.ranges.ShardOf(bucket.ForID(keyName(k)))
+		if batches[shard] == nil {
+			batches[shard] = c.d.dbs[shard].NewBatch()
+		}
+		if err := batches[shard].Set(pebbleKey(k), recs[i], nil); err != nil {
+			return err
+		}
+	}
+	errs := make([]error, len(batches))
+	var wg sync.WaitGroup
+	for i, b := range batches {
+		if b == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = b.Commit(pebble.Sync)
+			_ = b.Close()
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("commit batch: %w", err)
+	}
+	return nil
+}

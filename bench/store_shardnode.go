@@ -1,0 +1,165 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// newHTTPClient returns the one HTTP client every HTTP workload shares: a
+// keep-alive pool large enough that each of the clients keeps its
+// connection.
+func newHTTPClient(clients int) *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		Proxy:               nil,
+		MaxIdleConns:        2*clients + 16,
+		MaxIdleConnsPerHost: 2*clients + 16,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+		ForceAttemptHTTP2:   false,
+	}}
+}
+
+// shardnodeSystem is shardnode's HTTP API at base.
+type shardnodeSystem struct {
+	hc     *http.Client
+	base   string
+	shards int
+	prefix string // database name prefix, unique per run
+}
+
+func (s *shardnodeSystem) name() string { return "shardnode" }
+func (s *shardnodeSystem) close() error { return nil }
+
+// do sends one request and reads the whole response into buf, failing
+// unless the status is want.
+func do(ctx context.Context, hc *http.Client, method, url string, body []byte, want int, buf *bytes.Buffer) error {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, rd)
+	if err != nil {
+		return err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	buf.Reset()
+	if _, err := buf.ReadFrom(resp.Body); err != nil {
+		return fmt.Errorf("%s %s: read response: %w", method, url, err)
+	}
+	if resp.StatusCode != want {
+		b := buf.Bytes()
+		if len(b) > 300 {
+			b = b[:300]
+		}
+		return fmt.Errorf("%s %s: status %d, want %d: %s", method, url, resp.StatusCode, want, b)
+	}
+	return nil
+}
+
+func (s *shardnodeSystem) dataset(ctx context.Context, name string, _ bool) (dataset, error) {
+	db := s.prefix + name
+	url := s.base + "/admin/databases/" + db
+	body := fmt.Appendf(nil, `{"Shards":%d,"ReplicationFactor":1}`, s.shards)
+	var buf bytes.Buffer
+	if err := do(ctx, s.hc, http.MethodPut, url, body, http.StatusCreated, &buf); err != nil {
+		return nil, fmt.Errorf("create database %s: %w", db, err)
+	}
+	return &shardnodeDataset{sys: s, db: db, docs: s.base + "/databases/" + db + "/docs?id="}, nil
+}
+
+// shardnodeDataset is one database.
+type shardnodeDataset struct {
+	sys  *shardnodeSystem
+	db   string
+	docs string // URL prefix of a document
+}
+
+func (d *shardnodeDataset) client(context.Context, int) (client, error) {
+	return &shardnodeClient{d: d, hc: d.sys.hc}, nil
+}
+
+func (d *shardnodeDataset) drop(ctx context.Context) error {
+	var buf bytes.Buffer
+	url := d.sys.base + "/admin/databases/" + d.db
+	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := d.sys.hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("delete database %s: %w", d.db, err)
+	}
+	defer resp.Body.Close()
+	_, _ = buf.ReadFrom(resp.Body)
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("delete database %s: status %d: %s", d.db, resp.StatusCode, buf.Bytes())
+	}
+	return nil
+}
+
+// shardnodeClient is one client's view: the shared HTTP client plus its
+// own buffers.
+type shardnodeClient struct {
+	d    *shardnodeDataset
+	hc   *http.Client
+	buf  bytes.Buffer
+	body []byte
+}
+
+func (c *shardnodeClient) close() {}
+
+func (c *shardnodeClient) read(ctx context.Context, k int64) error {
+	return do(ctx, c.hc, http.MethodGet, c.d.docs+keyName(k), nil, http.StatusOK, &c.buf)
+}
+
+// withMeta returns rec with shardnode's collection metadata, in c's
+// buffer.
+func (c *shardnodeClient) withMeta(rec []byte) []byte {
+	c.body = append(c.body[:0], `{"@metadata":{"@collection":"`+collection+`"},`...)
+	return append(c.body, rec[1:]...)
+}
+
+func (c *shardnodeClient) write(ctx context.Context, k int64, rec []byte) error {
+	return do(ctx, c.hc, http.MethodPut, c.d.docs+keyName(k), c.withMeta(rec), http.StatusCreated, &c.buf)
+}
+
+func (c *shardnodeClient) scan(ctx context.Context, k int64, n int) error {
+	q := "from " + collection + " where Key >= " + strconv.FormatInt(k, 10) + " and Key < " + strconv.FormatInt(k+int64(n), 10) +
+		" order by Key limit " + strconv.Itoa(n)
+	body, err := json.Marshal(map[string]string{"Query": q})
+	if err != nil {
+		return err
+	}
+	return do(ctx, c.hc, http.MethodPost, c.d.sys.base+"/databases/"+c.d.db+"/queries", body, http.StatusOK, &c.buf)
+}
+
+func (c *shardnodeClient) writeBatch(ctx context.Context, keys []int64, recs [][]byte) error {
+	b := c.body[:0]
+	b = append(b, `{"Commands":[`...)
+	for i, k := range keys {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"Type":"PUT","Id":"`...)
+		b = append(b, keyName(k)...)
+		b = append(b, `","Document":{"@metadata":{"@collection":"`+collection+`"},`...)
+		b = append(b, recs[i][1:]...)
+		b = append(b, '}')
+	}
+	b = append(b, "]}"...)
+	c.body = b
+	return do(ctx, c.hc, http.MethodPost, c.d.sys.base+"/databases/"+c.d.db+"/bulk_docs", b, http.StatusCreated, &c.buf)
+}

@@ -1,0 +1,155 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime/pprof"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/shardnode/shardnode/bench"
+)
+
+// benchFlags are `shardnode bench`'s flags beyond bench.Options.
+type benchFlags struct {
+	out        string
+	jsonOut    string
+	workloads  string
+	cpuProfile string
+}
+
+func newBenchCmd() *cobra.Command {
+	var o bench.Options
+	var f benchFlags
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure shardnode beside raw Pebble, NATS, a Go HTTP handler and PostgreSQL",
+		Long: `Measure shardnode and its baselines in one run, on this machine.
+
+Unless --url points at a running node, it starts a node in a temporary
+directory, in this process. Workloads (select with --workloads):
+
+  bulk      bulk insert of 1 KiB documents through bulk_docs (docs/s, MB/s)
+  put       durable single-document PUT of new documents
+  get       point GET, uniform over the loaded records
+  ycsb-a..f the YCSB core workloads (zipfian; latest for D; scans for E)
+  nats      NATS request/reply and bulk publish on an embedded server
+  rss       peak RSS after loading --rss-docs documents (in-process only)
+
+Each shardnode row sits beside baselines on the same workload: raw Pebble
+with the storage package's tuned options, a trivial Go HTTP handler (get),
+and PostgreSQL when --pg is given (start one with scripts/pg-start.sh).
+Throughput is the median over --rounds; p50 and p99 are over every
+operation of every round. --quick is a few-second smoke run that still
+produces every row.
+
+Defaults (full / --quick): --clients 64/64, --records 100000/2000,
+--ops 50000/2000, --rounds 3/1, --scan-records 1000/500, --scan-ops 300/60,
+--bulk-docs 100000/4000, --batch 1000/500, --senders 4/4,
+--nats-messages 500000/20000, --rss-docs 0/2000.
+
+The table goes to stdout; --out FILE also writes it as markdown, and the
+full results as JSON to FILE.json (or --json FILE). The command fails if
+any workload failed.`,
+		Example: `  shardnode bench --quick
+  shardnode bench --pg "$(scripts/pg-start.sh)" --out bench.md
+  shardnode bench --url http://127.0.0.1:8080 --workloads get,put`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if f.workloads != "" {
+				o.Workloads = strings.Split(f.workloads, ",")
+			}
+			o.Progress = cmd.ErrOrStderr()
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			return runBench(ctx, o, f, cmd.OutOrStdout())
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&o.URL, "url", "", "base URL of a running node to measure (default: start one in a temporary directory)")
+	fl.StringVar(&o.Dir, "dir", "", "directory for temporary data (default: the system's temporary directory)")
+	fl.BoolVar(&o.Quick, "quick", false, "a few-second smoke run with small counts that still produces every row")
+	fl.IntVar(&o.Clients, "clients", 0, "concurrent clients of the closed-loop workloads (default 64)")
+	fl.Int64Var(&o.Records, "records", 0, "records loaded for YCSB A-D, F and get")
+	fl.Int64Var(&o.Ops, "ops", 0, "operations per round of YCSB A-D, F, put, get and NATS request/reply")
+	fl.IntVar(&o.Rounds, "rounds", 0, "rounds of every workload")
+	fl.Int64Var(&o.ScanRecords, "scan-records", 0, "records loaded for YCSB E (queries scan them all server-side today)")
+	fl.Int64Var(&o.ScanOps, "scan-ops", 0, "operations per round of YCSB E")
+	fl.Int64Var(&o.BulkDocs, "bulk-docs", 0, "documents per round of the bulk insert")
+	fl.IntVar(&o.BatchSize, "batch", 0, "documents per bulk_docs request")
+	fl.IntVar(&o.Senders, "senders", 0, "concurrent bulk senders")
+	fl.Int64Var(&o.NATSMessages, "nats-messages", 0, "messages per round of the NATS bulk publish")
+	fl.Int64Var(&o.RSSDocs, "rss-docs", 0, "documents loaded before reading peak RSS; 0 skips the row (in-process node only)")
+	fl.IntVar(&o.Shards, "shards", 0, "shards of the databases the benchmark creates (default 3)")
+	fl.StringVar(&o.PG, "pg", "", "PostgreSQL URL for the PostgreSQL baselines, e.g. postgres://postgres@127.0.0.1:5432/bench?sslmode=disable")
+	fl.StringVar(&f.workloads, "workloads", "", "comma-separated workloads: all, ycsb, "+strings.Join(bench.AllWorkloads(), ", ")+" (default all)")
+	fl.StringVar(&f.out, "out", "", "also write the table as markdown to FILE, and the JSON results to FILE.json")
+	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (node and clients, when in-process) to FILE")
+	fl.StringVar(&f.jsonOut, "json", "", "write the JSON results to this file (default FILE.json with --out)")
+	cmd.SetContext(context.Background())
+	return cmd
+}
+
+// runBench runs the benchmark and writes its outputs.
+func runBench(ctx context.Context, o bench.Options, f benchFlags, stdout io.Writer) error {
+	if f.cpuProfile != "" {
+		fh, err := os.Create(f.cpuProfile)
+		if err != nil {
+			return fmt.Errorf("bench: cpu profile: %w", err)
+		}
+		defer fh.Close()
+		if err := pprof.StartCPUProfile(fh); err != nil {
+			return fmt.Errorf("bench: cpu profile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	rep, err := bench.Run(ctx, o)
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	if err := rep.WriteText(stdout); err != nil {
+		return fmt.Errorf("bench: write table: %w", err)
+	}
+	if f.out != "" {
+		if err := writeFile(f.out, rep.WriteMarkdown); err != nil {
+			return err
+		}
+		if f.jsonOut == "" {
+			f.jsonOut = f.out + ".json"
+		}
+	}
+	if f.jsonOut != "" {
+		if err := writeFile(f.jsonOut, rep.WriteJSON); err != nil {
+			return err
+		}
+	}
+	if failed := rep.Failed(); len(failed) > 0 {
+		names := make([]string, len(failed))
+		for i, r := range failed {
+			names[i] = r.Workload + "/" + r.System
+		}
+		return fmt.Errorf("bench: %d workloads failed: %s", len(failed), strings.Join(names, ", "))
+	}
+	return nil
+}
+
+// writeFile writes one output file with write.
+func writeFile(path string, write func(io.Writer) error) error {
+	fh, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	if err := write(fh); err != nil {
+		fh.Close()
+		return fmt.Errorf("bench: write %s: %w", path, err)
+	}
+	if err := fh.Close(); err != nil {
+		return fmt.Errorf("bench: write %s: %w", path, err)
+	}
+	return nil
+}
