@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -46,8 +46,8 @@ type replicaSet struct {
 	agents     map[replicaKey]io.Closer
 	fences     map[replicaKey]*sync.RWMutex
 	purged     map[replicaKey]uint64 // highest ConfirmationIndex whose purge began
-	reconciled uint64        // raft index the set last reconciled to
-	changed    chan struct{} // closed and replaced at each reconcile
+	reconciled uint64                // raft index the set last reconciled to
+	changed    chan struct{}         // closed and replaced at each reconcile
 }
 
 func newReplicaSet(dir, tag string, cache *pebble.Cache, transport replication.Transport, logger *slog.Logger) *replicaSet {
