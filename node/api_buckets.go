@@ -66,6 +66,7 @@ func (n *Node) handleStats(w http.ResponseWriter, r *http.Request) {
 				"DocumentsCount": st.DocumentsCount, "TombstonesCount": st.TombstonesCount,
 				"LastEtag": st.LastEtag, "ChangeVector": st.ChangeVector,
 				"DatabaseId": st.DatabaseID, "Shard": t.shard, "Node": st.Node, "Replication": st.Replication,
+				"GroupCommit": map[string]any{"Commits": st.Commits, "CommittedOps": st.CommittedOps, "CommitMillis": st.CommitMillis, "SyncMillis": st.SyncMillis},
 			})
 			return nil
 		})

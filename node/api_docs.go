@@ -276,17 +276,25 @@ func (n *Node) writeOps(ctx context.Context, t target, ops []storage.Op, wc writ
 			g.ops = append(g.ops, ops[i])
 		}
 		errs := make([]error, len(order))
+		write := func(gi int) {
+			g := order[gi]
+			errs[gi] = n.writeShard(ctx, t, g.shard, g.ops, wc, func(res []storage.Result) {
+				for k, i := range g.idx {
+					results[i] = res[k]
+				}
+			})
+		}
 		var wg sync.WaitGroup
-		for gi, g := range order {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				errs[gi] = n.writeShard(ctx, t, g.shard, g.ops, wc, func(res []storage.Result) {
-					for k, i := range g.idx {
-						results[i] = res[k]
-					}
-				})
-			}()
+		if len(order) == 1 {
+			write(0) // one shard (every single-document write): no goroutine
+		} else {
+			for gi := range order {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					write(gi)
+				}()
+			}
 		}
 		wg.Wait()
 		pending = pending[:0]

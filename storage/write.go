@@ -168,6 +168,13 @@ func (s *Store) commitLoop(ctx context.Context) {
 	}
 }
 
+// bucketState is a bucket's statistics within a round, with its change
+// vector kept parsed (formatted once, at commit).
+type bucketState struct {
+	BucketStats
+	cv changevector.Vector
+}
+
 // pendingItem is the newest state of one key within a round.
 type pendingItem struct {
 	key       []byte
@@ -181,7 +188,7 @@ type pendingItem struct {
 type round struct {
 	s        *Store
 	items    map[string]*pendingItem
-	stats    map[uint32]*BucketStats
+	stats    map[uint32]*bucketState
 	progress map[string]uint64
 	conflict []conflictEntry
 	etag     uint64
@@ -189,16 +196,25 @@ type round struct {
 }
 
 func (s *Store) commitRound(reqs []*writeReq) {
+	start := time.Now()
 	s.mu.RLock()
-	r := &round{s: s, items: map[string]*pendingItem{}, stats: map[uint32]*BucketStats{}, progress: map[string]uint64{}, etag: s.lastEtag, counters: s.counters}
+	r := &round{s: s, items: map[string]*pendingItem{}, stats: map[uint32]*bucketState{}, progress: map[string]uint64{}, etag: s.lastEtag, counters: s.counters}
 	s.mu.RUnlock()
 	resps := make([]writeResp, len(reqs))
 	for i, req := range reqs {
 		resps[i] = r.applyGroup(req)
 	}
+	syncStart := time.Now()
 	err := r.commit()
+	syncDur := time.Since(syncStart)
 	if err == nil {
 		s.mu.Lock()
+		s.commits++
+		for _, req := range reqs {
+			s.commitOps += uint64(len(req.ops))
+		}
+		s.commitNanos += uint64(time.Since(start))
+		s.syncNanos += uint64(syncDur)
 		s.lastEtag = r.etag
 		s.counters = r.counters
 		if len(r.items) > 0 || len(r.progress) > 0 {
@@ -218,7 +234,7 @@ func (s *Store) commitRound(reqs []*writeReq) {
 // applyGroup applies one caller's ops to the round, or nothing of them if
 // any fails.
 func (r *round) applyGroup(req *writeReq) writeResp {
-	g := &round{s: r.s, items: map[string]*pendingItem{}, stats: map[uint32]*BucketStats{}, progress: map[string]uint64{}, etag: r.etag, counters: r.counters}
+	g := &round{s: r.s, items: map[string]*pendingItem{}, stats: map[uint32]*bucketState{}, progress: map[string]uint64{}, etag: r.etag, counters: r.counters}
 	results := make([]Result, 0, len(req.ops))
 	for _, op := range req.ops {
 		res, err := g.apply(r, op, req.now)
@@ -265,7 +281,7 @@ func (g *round) lookup(parent *round, key []byte, b uint32) (*pendingItem, error
 	return &pendingItem{key: key, doc: d, size: int64(len(key) + len(v)), committed: d.Etag}, nil
 }
 
-func (g *round) bucketStats(parent *round, b uint32) (*BucketStats, error) {
+func (g *round) bucketStats(parent *round, b uint32) (*bucketState, error) {
 	if st, ok := g.stats[b]; ok {
 		return st, nil
 	}
@@ -274,17 +290,20 @@ func (g *round) bucketStats(parent *round, b uint32) (*BucketStats, error) {
 		g.stats[b] = &cp
 		return &cp, nil
 	}
-	st := &BucketStats{Bucket: b}
+	st := &bucketState{BucketStats: BucketStats{Bucket: b}}
 	v, closer, err := g.s.db.Get(bucketStatKey(b))
 	switch {
 	case errors.Is(err, pebble.ErrNotFound):
 	case err != nil:
 		return nil, fmt.Errorf("read bucket %d stats: %w", b, err)
 	default:
-		*st, err = decodeBucketStats(b, v)
+		st.BucketStats, err = decodeBucketStats(b, v)
 		closer.Close()
 		if err != nil {
 			return nil, err
+		}
+		if st.cv, err = changevector.ParseVector(st.ChangeVector); err != nil {
+			return nil, fmt.Errorf("bucket %d change vector: %w", b, err)
 		}
 	}
 	g.stats[b] = st
@@ -549,11 +568,7 @@ func (g *round) store(parent *round, key []byte, cur *pendingItem, doc *Document
 			g.counters.Documents++
 		}
 	}
-	bcv, err := changevector.ParseVector(st.ChangeVector)
-	if err != nil {
-		return fmt.Errorf("bucket %d change vector: %w", doc.Bucket, err)
-	}
-	st.ChangeVector = changevector.Merge(bcv, version).String()
+	st.cv = changevector.Merge(st.cv, version)
 	g.counters.CV = changevector.Merge(g.counters.CV, version)
 	g.items[string(key)] = &pendingItem{key: key, doc: doc, val: val, size: size, committed: cur.committed}
 	return nil
@@ -617,6 +632,7 @@ func (r *round) commit() error {
 		}
 	}
 	for bk, st := range r.stats {
+		st.ChangeVector = st.cv.String()
 		if err := b.Set(bucketStatKey(bk), st.encode(), nil); err != nil {
 			return err
 		}
