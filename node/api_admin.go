@@ -154,11 +154,11 @@ func (n *Node) handleDeleteDatabase(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// upNodes lists the members this node currently sees up.
+// upNodes lists the members this node does not know to be down.
 func (n *Node) upNodes() []string {
 	var out []string
 	for _, m := range n.fsm.Nodes() {
-		if n.health.up(m.Tag) {
+		if !n.health.knownDown(m.Tag) {
 			out = append(out, m.Tag)
 		}
 	}

@@ -62,7 +62,7 @@ func (h *health) heard(tag string) {
 
 func (h *health) markDown(tag string) {
 	h.mu.Lock()
-	delete(h.seen, tag)
+	h.seen[tag] = time.Time{} // heard before, down now
 	if ch, ok := h.down[tag]; ok {
 		close(ch)
 		delete(h.down, tag)
@@ -78,6 +78,18 @@ func (h *health) up(tag string) bool {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
 	return time.Since(h.seen[tag]) < downAfter
+}
+
+// knownDown reports a node that was heard from and then went quiet: a
+// node not heard from yet (this node just started) is not known down.
+func (h *health) knownDown(tag string) bool {
+	if tag == h.self {
+		return false
+	}
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	seen, ok := h.seen[tag]
+	return ok && time.Since(seen) >= downAfter
 }
 
 // lastSeen returns when tag was last heard from.
