@@ -25,12 +25,16 @@ func expectedRows() [][2]string {
 		{"ycsb-f", "shardnode"}, {"ycsb-f", "pebble"}, {"ycsb-f", "postgresql"},
 		{"nats-request", "nats"}, {"nats-publish", "nats"},
 		{"rss", "shardnode"},
+		{"reshard-small-buckets", "shardnode"},
+		{"reshard-bulk-transfer", "shardnode"}, {"reshard-bulk-transfer", "pebble"},
+		{"reshard-foreground", "shardnode"}, {"reshard-foreground", "no-move"},
 	}
 }
 
 // TestQuickRunProducesEveryRow runs the quick mode in-process, with even
-// smaller counts, and checks that every row is there with figures. It
-// asserts no speed. Set SHARDNODE_BENCH_PG to a PostgreSQL URL to include
+// smaller counts, and checks that every row is there with figures, the
+// resharding rows included (each on its own 3-node cluster). It asserts no
+// speed. Set SHARDNODE_BENCH_PG to a PostgreSQL URL to include
 // the PostgreSQL rows; without it they must say they were skipped.
 func TestQuickRunProducesEveryRow(t *testing.T) {
 	if testing.Short() {
@@ -71,6 +75,27 @@ func TestQuickRunProducesEveryRow(t *testing.T) {
 	}
 	if row, _ := rep.Row("get", "go-http"); row.VsOps <= 0 {
 		t.Errorf("get/go-http row without a ratio: %+v", row)
+	}
+	// The resharding rows: their own figures and their ratios are there
+	// (never a speed).
+	for _, w := range []string{"reshard-small-buckets", "reshard-bulk-transfer", "reshard-foreground"} {
+		if row, _ := rep.Row(w, "shardnode"); row.Reshard == nil || row.Reshard.DocumentsMoved <= 0 || row.Reshard.BytesMoved <= 0 {
+			t.Errorf("%s/shardnode row without resharding figures: %+v", w, row)
+		}
+	}
+	if row, _ := rep.Row("reshard-small-buckets", "shardnode"); row.Reshard != nil && (row.Reshard.Timed == 0 || row.Reshard.BucketP50Ms <= 0 || row.Reshard.MsPerBucket <= 0) {
+		t.Errorf("reshard-small-buckets row without per-bucket times: %+v", row.Reshard)
+	}
+	if row, _ := rep.Row("reshard-bulk-transfer", "shardnode"); row.MBPerSec <= 0 {
+		t.Errorf("reshard-bulk-transfer/shardnode row without MB/s: %+v", row)
+	}
+	for _, b := range [][2]string{{"reshard-bulk-transfer", "pebble"}, {"reshard-foreground", "no-move"}} {
+		if row, _ := rep.Row(b[0], b[1]); row.VsOps <= 0 {
+			t.Errorf("%s/%s row without a ratio: %+v", b[0], b[1], row)
+		}
+	}
+	if row, _ := rep.Row("reshard-foreground", "shardnode"); row.Reshard != nil && (row.Reshard.Flips == 0 || row.Reshard.MovingWrites == 0) {
+		t.Errorf("reshard-foreground row saw no flip or no write into a moving bucket: %+v", row.Reshard)
 	}
 	var md, js, txt bytes.Buffer
 	if err := rep.WriteMarkdown(&md); err != nil {

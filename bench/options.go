@@ -24,13 +24,14 @@ const (
 )
 
 // AllWorkloads lists every workload name in run order. "ycsb" in
-// Options.Workloads stands for the six YCSB workloads and "all" for
-// everything.
+// Options.Workloads stands for the six YCSB workloads, "reshard" for the
+// three resharding workloads and "all" for everything.
 func AllWorkloads() []string {
 	return []string{
 		WorkloadRSS, WorkloadBulk, WorkloadPut, WorkloadGet,
 		WorkloadYCSBC, WorkloadYCSBB, WorkloadYCSBA, WorkloadYCSBF, WorkloadYCSBD, WorkloadYCSBE,
 		WorkloadNATS,
+		WorkloadReshardSmall, WorkloadReshardBulk, WorkloadReshardForeground,
 	}
 }
 
@@ -83,6 +84,20 @@ type Options struct {
 	Workloads []string
 	// Shards is the shard count of the databases the benchmark creates.
 	Shards int
+	// ReshardBuckets is the number of non-empty buckets (10 documents of
+	// ~1 KiB each) reshard-small-buckets moves.
+	ReshardBuckets int64
+	// ReshardBulkMB is the size of reshard-bulk-transfer's bucket, in MB
+	// (10^6 bytes) of 4 KiB documents.
+	ReshardBulkMB int64
+	// ReshardForegroundBuckets is the number of non-empty buckets
+	// reshard-foreground moves under its write load.
+	ReshardForegroundBuckets int64
+	// ReshardForegroundSeconds is how long reshard-foreground measures its
+	// load without a move.
+	ReshardForegroundSeconds float64
+	// ReshardClients is the number of reshard-foreground's writers.
+	ReshardClients int
 	// Progress receives one line per finished measurement; nil discards.
 	Progress io.Writer `json:"-"`
 	// Logger receives the in-process node's log; nil discards.
@@ -93,10 +108,12 @@ type Options struct {
 // mode.
 func (o Options) Defaults() Options {
 	d := Options{Clients: 64, Records: 100_000, Ops: 50_000, Rounds: 3, ScanRecords: 1_000, ScanOps: 300,
-		BulkDocs: 100_000, BatchSize: 1000, Senders: 4, NATSMessages: 500_000, Shards: 3}
+		BulkDocs: 100_000, BatchSize: 1000, Senders: 4, NATSMessages: 500_000, Shards: 3,
+		ReshardBuckets: 1000, ReshardBulkMB: 200, ReshardForegroundBuckets: 200, ReshardForegroundSeconds: 10, ReshardClients: 16}
 	if o.Quick {
 		d = Options{Clients: 64, Records: 2_000, Ops: 2_000, Rounds: 1, ScanRecords: 500, ScanOps: 60,
-			BulkDocs: 4_000, BatchSize: 500, Senders: 4, NATSMessages: 20_000, RSSDocs: 2_000, Shards: 3}
+			BulkDocs: 4_000, BatchSize: 500, Senders: 4, NATSMessages: 20_000, RSSDocs: 2_000, Shards: 3,
+			ReshardBuckets: 20, ReshardBulkMB: 2, ReshardForegroundBuckets: 10, ReshardForegroundSeconds: 1, ReshardClients: 16}
 	}
 	set := func(v *int64, def int64) {
 		if *v == 0 {
@@ -120,6 +137,13 @@ func (o Options) Defaults() Options {
 	set(&o.NATSMessages, d.NATSMessages)
 	set(&o.RSSDocs, d.RSSDocs)
 	seti(&o.Shards, d.Shards)
+	set(&o.ReshardBuckets, d.ReshardBuckets)
+	set(&o.ReshardBulkMB, d.ReshardBulkMB)
+	set(&o.ReshardForegroundBuckets, d.ReshardForegroundBuckets)
+	if o.ReshardForegroundSeconds == 0 {
+		o.ReshardForegroundSeconds = d.ReshardForegroundSeconds
+	}
+	seti(&o.ReshardClients, d.ReshardClients)
 	if len(o.Workloads) == 0 {
 		o.Workloads = []string{"all"}
 	}
@@ -136,6 +160,8 @@ func (o Options) validate() (map[string]bool, error) {
 		{"scan-records", o.ScanRecords}, {"scan-ops", o.ScanOps}, {"bulk-docs", o.BulkDocs},
 		{"batch", int64(o.BatchSize)}, {"senders", int64(o.Senders)}, {"nats-messages", o.NATSMessages},
 		{"shards", int64(o.Shards)},
+		{"reshard-buckets", o.ReshardBuckets}, {"reshard-bulk-mb", o.ReshardBulkMB},
+		{"reshard-foreground-buckets", o.ReshardForegroundBuckets}, {"reshard-clients", int64(o.ReshardClients)},
 	} {
 		if c.v <= 0 {
 			return nil, fmt.Errorf("%s must be positive, got %d", c.name, c.v)
@@ -143,6 +169,9 @@ func (o Options) validate() (map[string]bool, error) {
 	}
 	if o.RSSDocs < 0 {
 		return nil, fmt.Errorf("rss-docs must not be negative, got %d", o.RSSDocs)
+	}
+	if !(o.ReshardForegroundSeconds > 0) {
+		return nil, fmt.Errorf("reshard-foreground-seconds must be positive, got %g", o.ReshardForegroundSeconds)
 	}
 	if o.Records < 2 || o.ScanRecords < 2 {
 		return nil, fmt.Errorf("records and scan-records must be at least 2")
@@ -155,9 +184,9 @@ func (o Options) validate() (map[string]bool, error) {
 			for _, a := range AllWorkloads() {
 				want[a] = true
 			}
-		case w == "ycsb":
+		case w == "ycsb" || w == "reshard":
 			for _, a := range AllWorkloads() {
-				if strings.HasPrefix(a, "ycsb-") {
+				if strings.HasPrefix(a, w+"-") {
 					want[a] = true
 				}
 			}
@@ -165,7 +194,7 @@ func (o Options) validate() (map[string]bool, error) {
 			want[w] = true
 		case w == "":
 		default:
-			return nil, fmt.Errorf("unknown workload %q: choose from all, ycsb, %s", w, strings.Join(AllWorkloads(), ", "))
+			return nil, fmt.Errorf("unknown workload %q: choose from all, ycsb, reshard, %s", w, strings.Join(AllWorkloads(), ", "))
 		}
 	}
 	return want, nil

@@ -12,9 +12,11 @@ import (
 // Row is one measured (or skipped) workload on one system.
 type Row struct {
 	// Workload names what was measured (bulk-insert, put, get, ycsb-a..f,
-	// nats-request, nats-publish, rss).
+	// nats-request, nats-publish, rss, reshard-small-buckets,
+	// reshard-bulk-transfer, reshard-foreground).
 	Workload string
-	// System is shardnode or a baseline: pebble, postgresql, go-http, nats.
+	// System is shardnode or a baseline: pebble, postgresql, go-http, nats,
+	// no-move (reshard-foreground's load without a move).
 	System string
 	// Baseline is true for every system but shardnode.
 	Baseline bool
@@ -44,6 +46,9 @@ type Row struct {
 	VsP99 float64 `json:",omitempty"`
 	// PeakRSSMiB is the rss row's peak resident set size (VmHWM), MiB.
 	PeakRSSMiB float64 `json:",omitempty"`
+	// Reshard holds a resharding row's own figures (per-bucket times,
+	// bytes moved, the write pause at the flip).
+	Reshard *ReshardFigures `json:",omitempty"`
 	// Skipped says why the row was not measured ("" when it was).
 	Skipped string `json:",omitempty"`
 	// Error is the error that stopped the measurement ("" when none).

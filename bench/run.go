@@ -80,7 +80,16 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	rep.Options.PG = redactURL(o.PG)
 
 	base := strings.TrimRight(o.URL, "/")
-	if base == "" {
+	onlyReshard := true
+	for w := range want {
+		onlyReshard = onlyReshard && isReshard(w)
+	}
+	switch {
+	case base == "" && onlyReshard:
+		// The resharding rows start clusters of their own.
+		r.inProcess = true
+		rep.Target = fmt.Sprintf("in-process %d-node clusters (data in a temporary directory), one per resharding workload", reshardNodes)
+	case base == "":
 		r.logf("starting an in-process node in %s", root)
 		n, err := startNode(ctx, filepath.Join(root, "node"), o.Logger)
 		if err != nil {
@@ -90,7 +99,10 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		base = n.HTTPURL()
 		r.inProcess = true
 		rep.Target = "in-process node (data in a temporary directory), " + base
-	} else {
+		if want[WorkloadReshardSmall] || want[WorkloadReshardBulk] || want[WorkloadReshardForeground] {
+			rep.Target += fmt.Sprintf("; resharding rows: in-process %d-node clusters, one per workload", reshardNodes)
+		}
+	default:
 		var buf bytes.Buffer
 		if err := do(ctx, r.hc, http.MethodGet, base+"/healthz", nil, http.StatusOK, &buf); err != nil {
 			return nil, fmt.Errorf("node at %s: %w", base, err)
@@ -128,6 +140,8 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 			rep.Rows = append(rep.Rows, r.bulk(ctx)...)
 		case WorkloadNATS:
 			rep.Rows = append(rep.Rows, r.nats(ctx)...)
+		case WorkloadReshardSmall, WorkloadReshardBulk, WorkloadReshardForeground:
+			rep.Rows = append(rep.Rows, r.reshard(ctx, w)...)
 		case WorkloadGet:
 			if r.ceiling == nil {
 				r.ceiling = &sysRun{label: sysHTTP}
@@ -403,7 +417,8 @@ func makeRow(workload, system, unit string, s *sample, err error, skip string) R
 
 func workloadRank(w string) int {
 	order := []string{rowBulk, WorkloadPut, WorkloadGet, WorkloadYCSBA, WorkloadYCSBB, WorkloadYCSBC,
-		WorkloadYCSBD, WorkloadYCSBE, WorkloadYCSBF, rowNATSRequest, rowNATSPublish, WorkloadRSS}
+		WorkloadYCSBD, WorkloadYCSBE, WorkloadYCSBF, rowNATSRequest, rowNATSPublish, WorkloadRSS,
+		WorkloadReshardSmall, WorkloadReshardBulk, WorkloadReshardForeground}
 	if i := slices.Index(order, w); i >= 0 {
 		return i
 	}
@@ -411,7 +426,7 @@ func workloadRank(w string) int {
 }
 
 func systemRank(s string) int {
-	order := []string{sysShardnode, sysPebble, sysPG, sysHTTP, sysNATS}
+	order := []string{sysShardnode, sysNoMove, sysPebble, sysPG, sysHTTP, sysNATS}
 	if i := slices.Index(order, s); i >= 0 {
 		return i
 	}
@@ -477,4 +492,9 @@ func redactURL(s string) string {
 		u.User = url.UserPassword(u.User.Username(), "xxxxx")
 	}
 	return u.String()
+}
+
+// isReshard reports whether workload w is one of the resharding workloads.
+func isReshard(w string) bool {
+	return w == WorkloadReshardSmall || w == WorkloadReshardBulk || w == WorkloadReshardForeground
 }

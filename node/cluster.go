@@ -228,11 +228,23 @@ func (n *Node) handleApply(w http.ResponseWriter, r *http.Request) {
 func remoteError(ae *apiError) error {
 	for _, e := range []error{raftfsm.ErrStale, raftfsm.ErrConflict, raftfsm.ErrInvalid, raftfsm.ErrDatabaseExists, raftfsm.ErrDatabaseNotFound, raftfsm.ErrNodeNotFound} {
 		if ae.Type == typeOf(e) {
-			return fmt.Errorf("%w: %s", e, ae.Msg)
+			return sentinelError{sentinel: e, msg: ae.Msg}
 		}
 	}
 	return ae
 }
+
+// sentinelError carries a forwarded error's message with the sentinel it
+// came from, so errors.Is works without repeating the sentinel's text.
+type sentinelError struct {
+	sentinel error
+	msg      string
+}
+
+func (e sentinelError) Error() string { return e.msg }
+func (e sentinelError) Unwrap() error { return e.sentinel }
+
+
 
 // proposeIndex runs a command through raft (forwarding it to the leader
 // when this node is a follower), waits until this node applied it, and
