@@ -323,3 +323,62 @@ func TestQueriesDuringRangeMove(t *testing.T) {
 	t.Logf("moved %d non-empty buckets (+%d empty) in %v (%.1f ms per non-empty bucket) under %d full queries, each exact",
 		moving, int(to)+1-moving, elapsed.Round(time.Millisecond), float64(elapsed.Milliseconds())/float64(moving), queries)
 }
+
+// TestReshardingBadRequestsAndNewShard: bad requests start nothing; a
+// conflicting one is a 409 that says why; a new empty shard receives a
+// moved bucket.
+func TestReshardingBadRequestsAndNewShard(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{Nodes: 3})
+	A := c.URL(0)
+	testcluster.Must(t, 201, "PUT", A+"/admin/databases/db", `{"Shards":2,"ReplicationFactor":1}`)
+	for _, tc := range []struct {
+		body   string
+		status int
+	}{
+		{`{"FromBucket":0,"ToBucket":1048576,"ToShard":1}`, 400},
+		{`{"FromBucket":5,"ToBucket":4,"ToShard":1}`, 400},
+		{`{"FromBucket":0,"ToBucket":4,"ToShard":9}`, 404},
+		{`{"FromBucket":0,"ToBucket":4}`, 400},
+		{`{"FromBucket":-1,"ToBucket":4,"ToShard":1}`, 400},
+		{`not json`, 400},
+	} {
+		testcluster.Must(t, tc.status, "POST", A+"/databases/db/resharding", tc.body)
+	}
+	testcluster.Must(t, 404, "POST", A+"/databases/nope/resharding", `{"FromBucket":0,"ToBucket":4,"ToShard":1}`)
+	ops := testcluster.Must(t, 200, "GET", A+"/databases/db/resharding", "").JSON(t)
+	if len(ops["Operations"].([]any)) != 0 {
+		t.Fatalf("bad requests started operations: %v", ops)
+	}
+	// A new shard on B and C, then a bucket with data moves into it.
+	rec := testcluster.Must(t, 201, "POST", A+"/admin/databases/db/shards", `{"Members":["B","C"]}`).JSON(t)
+	if _, ok := rec["Sharding"].(map[string]any)["Shards"].(map[string]any)["2"]; !ok {
+		t.Fatalf("no shard 2: %v", rec)
+	}
+	testcluster.Must(t, 400, "POST", A+"/admin/databases/db/shards", `{"Members":["Z"]}`)
+	for i := 0; i < 20; i++ {
+		testcluster.Must(t, 201, "PUT", fmt.Sprintf("%s/databases/db/docs?id=o%d$users/9", A, i), `{"v":1}`)
+	}
+	b, _ := bucketOf(t, A, "db", "users/9")
+	// Two operations over overlapping ranges: the second is a 409.
+	id := startReshard(t, A, "db", b, b, 2)
+	r, err := testcluster.Do("POST", A+"/databases/db/resharding", fmt.Sprintf(`{"FromBucket":%d,"ToBucket":%d,"ToShard":0}`, b, b))
+	if err == nil && r.Status == 409 {
+		if !strings.Contains(string(r.Body), id) {
+			t.Fatalf("409 does not name the running operation: %s", r.Body)
+		}
+	} else if err != nil || r.Status != 202 { // the first may already be done
+		t.Fatalf("overlapping request: %v %d %s", err, r.Status, r.Body)
+	}
+	waitOperation(t, A, "db", id, 30*time.Second)
+	final := 2.0
+	if r.Status == 202 {
+		waitOperation(t, A, "db", r.JSON(t)["OperationId"].(string), 30*time.Second)
+		final = 0
+	}
+	for i := range c.Members {
+		d := testcluster.Must(t, 200, "GET", fmt.Sprintf("%s/databases/db/docs?id=o3$users/9", c.URL(i)), "").JSON(t)
+		if d["Results"].([]any)[0].(map[string]any)["@metadata"].(map[string]any)["@shard"] != final {
+			t.Fatalf("not served by the new shard: %v", d)
+		}
+	}
+}
