@@ -40,7 +40,38 @@ func Parse(raw []byte) (Parsed, error) {
 	if err := json.Compact(&buf, raw); err != nil {
 		return Parsed{}, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
-	c := buf.Bytes()
+	return split(buf.Bytes())
+}
+
+// ParseValid is Parse for a document already known to be valid JSON (a
+// part of a request body that was decoded whole): it skips validation and
+// copies only when there is whitespace to remove.
+func ParseValid(raw []byte) (Parsed, error) {
+	if compact(raw) {
+		return split(raw)
+	}
+	return Parse(raw)
+}
+
+// compact reports whether valid JSON raw has no whitespace outside strings.
+func compact(raw []byte) bool {
+	in := false
+	for i := 0; i < len(raw); i++ {
+		c := raw[i]
+		switch {
+		case in && c == '\\':
+			i++
+		case c == '"':
+			in = !in
+		case !in && (c == ' ' || c == '\t' || c == '\n' || c == '\r'):
+			return false
+		}
+	}
+	return true
+}
+
+// split separates a compact JSON value into body and collection.
+func split(c []byte) (Parsed, error) {
 	if len(c) == 0 || c[0] != '{' {
 		return Parsed{}, ErrNotObject
 	}
@@ -178,6 +209,9 @@ func Render(dst, body []byte, m Metadata) []byte {
 	}
 	return append(dst, "}}"...)
 }
+
+// AppendString appends s as a JSON string literal.
+func AppendString(dst []byte, s string) []byte { return appendJSONString(dst, s) }
 
 // appendJSONString appends s as a JSON string literal.
 func appendJSONString(dst []byte, s string) []byte {

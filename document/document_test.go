@@ -79,3 +79,19 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestParseValidMatchesParse(t *testing.T) {
+	for _, in := range []string{
+		`{"a":1,"@metadata":{"@collection":"U"},"b":"x y\" z"}`,
+		`{ "a" : [ 1 , 2 ], "@metadata": {"@collection":"U"} }`,
+		`{"s":"tab\there","t":"q\\\" "}`,
+		`{}`,
+		`[1]`,
+	} {
+		want, werr := Parse([]byte(in))
+		got, gerr := ParseValid([]byte(in))
+		if (werr == nil) != (gerr == nil) || string(want.Body) != string(got.Body) || want.Collection != got.Collection {
+			t.Errorf("%s: Parse %s %q %v, ParseValid %s %q %v", in, want.Body, want.Collection, werr, got.Body, got.Collection, gerr)
+		}
+	}
+}

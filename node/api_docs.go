@@ -451,7 +451,7 @@ func (n *Node) bulkOps(cmds []bulkCommand) ([]storage.Op, error) {
 			if int64(len(c.Document)) > n.cfg.HTTP.MaxDocumentBytes {
 				return nil, badRequest("command %d (%q): document of %d bytes exceeds http.max-document-bytes (%d)", i, c.ID, len(c.Document), n.cfg.HTTP.MaxDocumentBytes)
 			}
-			p, err := document.Parse(c.Document)
+			p, err := document.ParseValid(c.Document) // the body was decoded whole: valid JSON
 			if err != nil {
 				return nil, badRequest("command %d (%q): Document: %v", i, c.ID, err)
 			}
@@ -468,21 +468,19 @@ func (n *Node) bulkOps(cmds []bulkCommand) ([]storage.Op, error) {
 
 func appendBulkResult(out []byte, r storage.Result) []byte {
 	if r.Kind == storage.OpDelete {
-		b, _ := json.Marshal(struct {
-			Type    string `json:"Type"`
-			ID      string `json:"Id"`
-			Deleted bool   `json:"Deleted"`
-		}{"DELETE", r.ID, r.Deleted})
-		return append(out, b...)
+		out = append(out, `{"Type":"DELETE","Id":`...)
+		out = document.AppendString(out, r.ID)
+		return append(strconv.AppendBool(append(out, `,"Deleted":`...), r.Deleted), '}')
 	}
-	b, _ := json.Marshal(struct {
-		Type         string `json:"Type"`
-		ID           string `json:"@id"`
-		Collection   string `json:"@collection"`
-		ChangeVector string `json:"@change-vector"`
-		LastModified string `json:"@last-modified"`
-	}{"PUT", r.ID, r.Collection, r.ChangeVector, r.LastModified.Format(document.TimeFormat)})
-	return append(out, b...)
+	out = append(out, `{"Type":"PUT","@id":`...)
+	out = document.AppendString(out, r.ID)
+	out = append(out, `,"@collection":`...)
+	out = document.AppendString(out, r.Collection)
+	out = append(out, `,"@change-vector":`...)
+	out = document.AppendString(out, r.ChangeVector)
+	out = append(out, `,"@last-modified":"`...)
+	out = r.LastModified.AppendFormat(out, document.TimeFormat)
+	return append(out, `"}`...)
 }
 
 // writeShard writes one shard's group through a replica of that shard.

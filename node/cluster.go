@@ -244,8 +244,6 @@ type sentinelError struct {
 func (e sentinelError) Error() string { return e.msg }
 func (e sentinelError) Unwrap() error { return e.sentinel }
 
-
-
 // proposeIndex runs a command through raft (forwarding it to the leader
 // when this node is a follower), waits until this node applied it, and
 // returns its raft index.
