@@ -1,0 +1,751 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+	"unicode/utf8"
+)
+
+// TestMain lets a test run the real main (and so see its exit status) by
+// re-executing the test binary with SHARDNODE_RUN_MAIN=1.
+func TestMain(m *testing.M) {
+	if os.Getenv("SHARDNODE_RUN_MAIN") == "1" {
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// fakeAPI fakes the node's resharding and buckets API.
+type fakeAPI struct {
+	t *testing.T
+
+	mu       sync.Mutex
+	requests []string // "METHOD path?query"
+	body     string   // the last POST body
+
+	// events is what GET /events streams, then it waits for the client to
+	// leave; with noStream the route fails instead.
+	events   []sseEvent
+	noStream bool
+	// polls are the successive answers of GET .../resharding/{id}; the last
+	// one repeats.
+	polls  []operation
+	polled int
+}
+
+const fakeOpID = "0123456789abcdef"
+
+func newFakeAPI(t *testing.T) (*fakeAPI, *httptest.Server) {
+	f := &fakeAPI{t: t}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /databases/{db}/resharding", func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		f.mu.Lock()
+		f.body = string(b)
+		f.mu.Unlock()
+		switch r.PathValue("db") {
+		case "busy":
+			writeTestJSON(w, http.StatusConflict, map[string]string{"Error": "conflict: operation 99 is already moving buckets 0-10 to shard 1", "Type": "Conflict"})
+		case "missing":
+			writeTestJSON(w, http.StatusNotFound, map[string]string{"Error": `database "missing" does not exist`, "Type": "DatabaseDoesNotExist"})
+		default:
+			writeTestJSON(w, http.StatusAccepted, map[string]string{"OperationId": fakeOpID})
+		}
+	})
+	mux.HandleFunc("GET /databases/{db}/events", func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		noStream, events := f.noStream, f.events
+		f.mu.Unlock()
+		if noStream {
+			writeTestJSON(w, http.StatusInternalServerError, map[string]string{"Error": "streaming unsupported", "Type": "InternalError"})
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		fmt.Fprint(w, ": hello\n\n")
+		for i, ev := range events {
+			fmt.Fprintf(w, "event: %s\nid: %d\ndata: %s\n\n", ev.Event, i+1, ev.Data)
+			w.(http.Flusher).Flush()
+		}
+		<-r.Context().Done()
+	})
+	mux.HandleFunc("GET /databases/{db}/resharding/{id}", func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if r.PathValue("id") != fakeOpID || len(f.polls) == 0 {
+			writeTestJSON(w, http.StatusNotFound, map[string]string{"Error": "no resharding operation", "Type": "OperationNotFound"})
+			return
+		}
+		op := f.polls[min(f.polled, len(f.polls)-1)]
+		f.polled++
+		writeTestJSON(w, http.StatusOK, op)
+	})
+	mux.HandleFunc("GET /databases/{db}/resharding", func(w http.ResponseWriter, r *http.Request) {
+		writeTestJSON(w, http.StatusOK, reshardingList{
+			Operations: []operation{
+				{OperationID: "bbbb", FromBucket: 100, ToBucket: 199, ToShard: 1, Status: "Running", BucketsTotal: 100, BucketsDone: 25,
+					DocumentsMoved: 1500, BytesMoved: 3 << 20, StartedAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), Alerts: []string{"bucket 130 stuck in Moved for 1m1s"}},
+				{OperationID: "aaaa", FromBucket: 0, ToBucket: 99, ToShard: 2, Status: "Completed", BucketsTotal: 100, BucketsDone: 100,
+					DocumentsMoved: 9000, BytesMoved: 12_345_678, StartedAt: time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC), EndedAt: time.Date(2026, 1, 2, 3, 0, 42, 0, time.UTC)},
+			},
+			BucketMigrations: []bucketMigration{
+				{Bucket: 130, SourceShard: 0, DestinationShard: 1, Status: "Moved", MigrationIndex: 77, OperationID: "bbbb", InStatusFor: "1m1s", Stuck: true},
+				{Bucket: 9000, SourceShard: 2, DestinationShard: 0, Status: "Moving", MigrationIndex: 80, Leftovers: true, InStatusFor: "120ms", Failures: 3, LastError: "nats: timeout"},
+			},
+		})
+	})
+	mux.HandleFunc("GET /databases/{db}/buckets", func(w http.ResponseWriter, r *http.Request) {
+		if r.PathValue("db") == "missing" {
+			writeTestJSON(w, http.StatusNotFound, map[string]string{"Error": `database "missing" does not exist`, "Type": "DatabaseDoesNotExist"})
+			return
+		}
+		writeTestJSON(w, http.StatusOK, bucketsReport{From: 0, To: 1023, Groups: []reportGroup{
+			{From: 0, To: 511, Shards: []int{0}, DocumentsCount: 1000, Size: 4_000_000},
+			{From: 512, To: 1023, Shards: []int{0, 2}, DocumentsCount: 10, Size: 1_000_000},
+			{From: 1024, To: 2047, Shards: []int{}, DocumentsCount: 0, Size: 0},
+		}})
+	})
+	mux.HandleFunc("GET /databases/{db}/buckets/{bucket}", func(w http.ResponseWriter, r *http.Request) {
+		ids := make([]string, 25)
+		for i := range ids {
+			ids[i] = fmt.Sprintf("users/%02d", i)
+		}
+		writeTestJSON(w, http.StatusOK, bucketInfo{Bucket: 17, Shards: []int{1}, DocumentsCount: 25, Size: 2500, ChangeVector: "A:25-abc", Documents: ids})
+	})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		f.requests = append(f.requests, strings.TrimSuffix(r.Method+" "+r.URL.Path+"?"+r.URL.RawQuery, "?"))
+		f.mu.Unlock()
+		mux.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return f, srv
+}
+
+// configure changes the fake's behaviour while it serves.
+func (f *fakeAPI) configure(fn func(f *fakeAPI)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fn(f)
+}
+
+// seen returns the requests served so far and the last POST body.
+func (f *fakeAPI) seen() ([]string, string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.requests...), f.body
+}
+
+func writeTestJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// event makes an SSE event with v as JSON data.
+func event(t *testing.T, name string, v any) sseEvent {
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sseEvent{Event: name, Data: string(b)}
+}
+
+// run runs the shardnode command line with args and returns its output.
+func run(ctx context.Context, args ...string) (string, error) {
+	var out bytes.Buffer
+	root := newRootCmd()
+	root.SetArgs(args)
+	root.SetOut(&out)
+	root.SetErr(&out)
+	err := root.ExecuteContext(ctx)
+	return out.String(), err
+}
+
+// moveScript is a move of buckets 0-3 to shard 2 as the event stream tells
+// it: a stuck bucket (its alert repeated with a longer time), an error, then
+// completion.
+func moveScript(t *testing.T) []sseEvent {
+	start := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+	base := operation{OperationID: fakeOpID, FromBucket: 0, ToBucket: 3, ToShard: 2, Status: "Running", BucketsTotal: 4, StartedAt: start,
+		CurrentBuckets: []bucketMigration{}}
+	op1 := base
+	op1.BucketsDone, op1.DocumentsMoved, op1.BytesMoved = 1, 10, 2048
+	op1.CurrentBuckets = []bucketMigration{{Bucket: 2, SourceShard: 0, DestinationShard: 2, Status: "Moving", InStatusFor: "1m5s", Stuck: true}}
+	op1.Alerts = []string{"bucket 2 stuck in Moving for 1m5s"}
+	op2 := op1
+	op2.Alerts = []string{"bucket 2 stuck in Moving for 1m7.5s"}
+	op2.Errors = []string{"2026-03-04T05:07:20Z bucket 2: send batch: nats: timeout"}
+	done := base
+	done.Status, done.BucketsDone, done.DocumentsMoved, done.BytesMoved = "Completed", 4, 40, 8192
+	done.EndedAt = start.Add(2 * time.Second)
+	done.Errors = op2.Errors
+	other := base
+	other.OperationID, other.BucketsDone = "someone-else", 3
+	return []sseEvent{
+		event(t, "operation", base),
+		event(t, "operation", other),
+		event(t, "migration", migrationEvent{Bucket: 1, SourceShard: 0, DestinationShard: 2, Step: "Moving", OperationID: fakeOpID, MigrationIndex: 10}),
+		event(t, "migration", migrationEvent{Bucket: 1, SourceShard: 0, DestinationShard: 2, Step: "Moved", OperationID: fakeOpID, MigrationIndex: 10}),
+		event(t, "migration", migrationEvent{Bucket: 7, SourceShard: 1, DestinationShard: 0, Step: "Moving", MigrationIndex: 11}),
+		event(t, "operation", op1),
+		event(t, "operation", op2),
+		event(t, "migration", migrationEvent{Bucket: 2, SourceShard: 0, DestinationShard: 2, Step: "Completed", OperationID: fakeOpID, MigrationIndex: 12}),
+		event(t, "operation", done),
+	}
+}
+
+func TestMoveFollowsEventStream(t *testing.T) {
+	f, srv := newFakeAPI(t)
+	script := moveScript(t)
+	f.configure(func(f *fakeAPI) {
+		f.events = script
+		f.polls = []operation{{OperationID: fakeOpID, FromBucket: 0, ToBucket: 3, ToShard: 2, Status: "Running", BucketsTotal: 4}}
+	})
+	out, err := run(t.Context(), "buckets", "move", "--url", srv.URL, "--db", "shop", "--from", "0", "--to", "3", "--shard", "2")
+	if err != nil {
+		t.Fatalf("move: %v\n%s", err, out)
+	}
+	if _, body := f.seen(); body != `{"FromBucket":0,"ToBucket":3,"ToShard":2}` {
+		t.Errorf("POST body %s", body)
+	}
+	if strings.Contains(out, "\r") {
+		t.Errorf("plain output has a carriage return:\n%q", out)
+	}
+	for _, want := range []string{
+		`Moving buckets 0-3 of "shop" to shard 2: operation ` + fakeOpID,
+		"Running 0.0%, 0/4 buckets, 0 docs, 0 B,",
+		"Running 25.0%, 1/4 buckets, 10 docs, 2.0 kB,",
+		"now: 2 Moving STUCK 1m05s",
+		"ALERT bucket 2 stuck in Moving for 1m5s\n",
+		"ERROR 2026-03-04T05:07:20Z bucket 2: send batch: nats: timeout\n",
+		"Completed 100.0%, 4/4 buckets, 40 docs, 8.2 kB,",
+		"Completed: buckets 0-3 to shard 2 (operation " + fakeOpID + ")",
+		"  Buckets     4 of 4 moved\n",
+		"  Documents   40\n",
+		"  Bytes       8.2 kB\n",
+		"  Duration    2.0s\n",
+		"  Average     500.00 ms per bucket\n",
+		"  Errors      1 (retried; last: 2026-03-04T05:07:20Z bucket 2: send batch: nats: timeout)\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if n := strings.Count(out, "ALERT bucket"); n != 1 {
+		t.Errorf("the stuck alert shows %d times, want once:\n%s", n, out)
+	}
+	if strings.Contains(out, "someone-else") || strings.Contains(out, "3/4") {
+		t.Errorf("output shows another operation:\n%s", out)
+	}
+	// One line per change: the same progress is not printed twice.
+	lines := strings.Split(out, "\n")
+	for i := 1; i < len(lines); i++ {
+		if lines[i] != "" && lines[i] == lines[i-1] {
+			t.Errorf("line %d repeats: %q", i, lines[i])
+		}
+	}
+}
+
+func TestMoveFallsBackToPolling(t *testing.T) {
+	f, srv := newFakeAPI(t)
+	op := operation{OperationID: fakeOpID, FromBucket: 5, ToBucket: 6, ToShard: 1, Status: "Running", BucketsTotal: 2}
+	op1 := op
+	op1.BucketsDone, op1.DocumentsMoved, op1.BytesMoved = 1, 3, 300
+	op1.CurrentBuckets = []bucketMigration{{Bucket: 6, Status: "Moved"}}
+	done := op1
+	done.Status, done.BucketsDone, done.CurrentBuckets = "Completed", 2, nil
+	f.configure(func(f *fakeAPI) { f.noStream, f.polls = true, []operation{op, op1, op1, done} })
+	c, err := newAPIClient(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := defaultFollowOptions
+	opts.pollEvery, opts.refreshEvery = 5*time.Millisecond, 5*time.Millisecond
+	var out bytes.Buffer
+	mf := moveFlags{nodeFlags: nodeFlags{db: "shop"}, from: 5, to: 6, shard: 1}
+	if err := runMove(t.Context(), c, mf, &out, opts); err != nil {
+		t.Fatalf("move: %v\n%s", err, out.String())
+	}
+	got := out.String()
+	for _, want := range []string{
+		"NOTE event stream unavailable (streaming unsupported (InternalError, HTTP 500)); polling every 5ms\n",
+		"Running 50.0%, 1/2 buckets, 3 docs, 300 B,",
+		"now: 6 Moved",
+		"Completed: buckets 5-6 to shard 1",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("output lacks %q:\n%s", want, got)
+		}
+	}
+	f.configure(func(f *fakeAPI) {
+		if f.polled < len(f.polls) {
+			t.Errorf("polled %d times, want at least %d", f.polled, len(f.polls))
+		}
+	})
+}
+
+func TestMoveRefused(t *testing.T) {
+	f, srv := newFakeAPI(t)
+	out, err := run(t.Context(), "buckets", "move", "--url", srv.URL, "--db", "busy", "--from", "0", "--to", "10", "--shard", "1")
+	if err == nil {
+		t.Fatalf("a 409 succeeded:\n%s", out)
+	}
+	want := "the node refused the move: conflict: operation 99 is already moving buckets 0-10 to shard 1 (Conflict, HTTP 409)"
+	if err.Error() != want {
+		t.Errorf("error %q, want %q", err, want)
+	}
+	reqs, _ := f.seen()
+	for _, r := range reqs {
+		if strings.Contains(r, "/events") || strings.Contains(r, "/resharding/") {
+			t.Errorf("followed a refused move: %s", r)
+		}
+	}
+}
+
+// TestMoveExitStatus runs the real main, as a user would, and checks its
+// exit status and stderr.
+func TestMoveExitStatus(t *testing.T) {
+	f, srv := newFakeAPI(t)
+	script := moveScript(t)
+	f.configure(func(f *fakeAPI) { f.events = script })
+	mainCmd := func(args ...string) (string, string, int) {
+		cmd := exec.Command(os.Args[0], args...)
+		cmd.Env = append(os.Environ(), "SHARDNODE_RUN_MAIN=1")
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		var ee *exec.ExitError
+		if err != nil && !errors.As(err, &ee) {
+			t.Fatal(err)
+		}
+		return stdout.String(), stderr.String(), cmd.ProcessState.ExitCode()
+	}
+	stdout, stderr, code := mainCmd("buckets", "move", "--url", srv.URL, "--db", "busy", "--from", "0", "--to", "10", "--shard", "1")
+	if code != 1 || stderr != "shardnode: the node refused the move: conflict: operation 99 is already moving buckets 0-10 to shard 1 (Conflict, HTTP 409)\n" {
+		t.Errorf("409: exit %d, stderr %q, stdout %q", code, stderr, stdout)
+	}
+	stdout, stderr, code = mainCmd("buckets", "move", "--url", srv.URL, "--db", "shop", "--from", "0", "--to", "3", "--shard", "2")
+	if code != 0 || stderr != "" || !strings.Contains(stdout, "Completed: buckets 0-3") {
+		t.Errorf("move: exit %d, stderr %q, stdout %q", code, stderr, stdout)
+	}
+	_, stderr, code = mainCmd("buckets", "move", "--url", srv.URL, "--db", "shop", "--from", "9", "--to", "3", "--shard", "2")
+	if code != 1 || !strings.Contains(stderr, "--from 9 is after --to 3") {
+		t.Errorf("bad range: exit %d, stderr %q", code, stderr)
+	}
+}
+
+func TestMoveValidatesFlagsLocally(t *testing.T) {
+	f, srv := newFakeAPI(t)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--db", "shop", "--from", "0", "--to", "3"}, "missing --shard"},
+		{[]string{"--from", "0", "--to", "3", "--shard", "1"}, "missing --db"},
+		{[]string{"--db", "shop"}, "missing --from, --to, --shard"},
+		{[]string{"--db", "shop", "--from", "5", "--to", "4", "--shard", "1"}, "--from 5 is after --to 4"},
+		{[]string{"--db", "shop", "--from", "-1", "--to", "4", "--shard", "1"}, "--from -1: a bucket number is 0..1048575"},
+		{[]string{"--db", "shop", "--from", "0", "--to", "1048576", "--shard", "1"}, "--to 1048576: a bucket number is 0..1048575"},
+		{[]string{"--db", "shop", "--from", "0", "--to", "1048575", "--shard", "-2"}, "--shard -2: shard numbers start at 0"},
+		{[]string{"--db", "shop", "--from", "x", "--to", "4", "--shard", "1"}, `invalid argument "x" for "--from"`},
+		{[]string{"--db", "shop", "--from", "0", "--to", "4", "--shard", "1", "--url", "localhost"}, `--url "localhost": want a node's base URL`},
+	} {
+		args := append([]string{"buckets", "move", "--url", srv.URL}, tc.args...)
+		out, err := run(t.Context(), args...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: error %v, want %q\n%s", tc.args, err, tc.want, out)
+		}
+	}
+	if reqs, _ := f.seen(); len(reqs) > 0 {
+		t.Errorf("invalid flags reached the server: %v", reqs)
+	}
+}
+
+func TestMoveInterrupted(t *testing.T) {
+	f, srv := newFakeAPI(t)
+	running := operation{OperationID: fakeOpID, FromBucket: 0, ToBucket: 9, ToShard: 1, Status: "Running", BucketsTotal: 10, BucketsDone: 3}
+	ev := event(t, "operation", running)
+	f.configure(func(f *fakeAPI) { f.events, f.polls = []sseEvent{ev}, []operation{running} })
+	ctx, cancel := context.WithCancel(t.Context())
+	// Stop following once the stream is being read, as Ctrl-C would.
+	go func() {
+		for {
+			if reqs, _ := f.seen(); len(reqs) >= 3 {
+				time.Sleep(50 * time.Millisecond)
+				cancel()
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	out, err := run(ctx, "buckets", "move", "--url", srv.URL, "--db", "shop", "--from", "0", "--to", "9", "--shard", "1")
+	if !errors.Is(err, errInterrupted) {
+		t.Fatalf("error %v, want errInterrupted\n%s", err, out)
+	}
+	for _, want := range []string{
+		"Running 30.0%, 3/10 buckets",
+		"Stopped following. Operation " + fakeOpID + " keeps running on the server.",
+		"shardnode buckets status --url " + srv.URL + " --db shop --id " + fakeOpID + " --follow",
+		"curl -N " + srv.URL + "/databases/shop/events",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "Completed") {
+		t.Errorf("an interrupted follow printed a summary:\n%s", out)
+	}
+}
+
+func TestMoveUnknownOperationEnds(t *testing.T) {
+	_, srv := newFakeAPI(t) // no polls: every GET of the operation is a 404
+	c, _ := newAPIClient(srv.URL)
+	opts := defaultFollowOptions
+	opts.refreshEvery, opts.notFoundFor = 5*time.Millisecond, 30*time.Millisecond
+	var out bytes.Buffer
+	err := followOperation(t.Context(), c, "shop", fakeOpID, time.Now(), &out, false, opts)
+	var se *serverError
+	if !errors.As(err, &se) || se.Type != "OperationNotFound" {
+		t.Fatalf("error %v, want OperationNotFound", err)
+	}
+}
+
+func TestReport(t *testing.T) {
+	f, srv := newFakeAPI(t)
+	out, err := run(t.Context(), "buckets", "report", "--url", srv.URL, "--db", "shop", "--from", "0", "--to", "2047", "--groups", "3")
+	if err != nil {
+		t.Fatalf("report: %v\n%s", err, out)
+	}
+	if reqs, _ := f.seen(); reqs[0] != "GET /databases/shop/buckets?from=0&groups=3&to=2047" {
+		t.Errorf("request %q", reqs[0])
+	}
+	want := `Buckets 0-1023 of "shop" in 3 groups
+
+    BUCKETS  SHARDS  DOCUMENTS    SIZE
+      0-511       0      1,000  4.0 MB  ####################
+   512-1023     0,2         10  1.0 MB  #####
+  1024-2047       -          0     0 B
+      total              1,010  5.0 MB
+`
+	if out != want {
+		t.Errorf("report:\n%s\nwant:\n%s", out, want)
+	}
+
+	out, err = run(t.Context(), "buckets", "report", "--url", srv.URL, "--db", "shop", "--bucket", "17")
+	if err != nil {
+		t.Fatalf("report --bucket: %v\n%s", err, out)
+	}
+	for _, want := range []string{"Bucket 17 of \"shop\"\n", "  Shards         1\n", "  Documents      25\n", "  Size           2.5 kB\n",
+		"  Change vector  A:25-abc\n", "    users/00\n", "    users/19\n", "    ... and 5 more\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("bucket output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "users/20") {
+		t.Errorf("bucket output lists more than 20 ids:\n%s", out)
+	}
+
+	_, err = run(t.Context(), "buckets", "report", "--url", srv.URL, "--db", "missing")
+	if err == nil || err.Error() != `database "missing" does not exist (DatabaseDoesNotExist, HTTP 404)` {
+		t.Errorf("unknown database: %v", err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--bucket", "3", "--from", "1"}, "--bucket shows one bucket"},
+		{[]string{"--groups", "0"}, "--groups 0: give 1..4096"},
+		{[]string{"--from", "10", "--to", "9"}, "--from 10 is after --to 9"},
+		{[]string{"--bucket", "1048576"}, "--bucket 1048576: a bucket number is 0..1048575"},
+	} {
+		args := append([]string{"buckets", "report", "--url", srv.URL, "--db", "shop"}, tc.args...)
+		if _, err := run(t.Context(), args...); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: error %v, want %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+func TestStatus(t *testing.T) {
+	f, srv := newFakeAPI(t)
+	out, err := run(t.Context(), "buckets", "status", "--url", srv.URL, "--db", "shop")
+	if err != nil {
+		t.Fatalf("status: %v\n%s", err, out)
+	}
+	for _, want := range []string{
+		"OPERATION  BUCKETS  TO SHARD  STATUS     DONE",
+		"bbbb       100-199  1         Running    25/100 (25.0%)",
+		"aaaa       0-99     2         Completed  100/100 (100.0%)  9,000",
+		"12.3 MB",
+		"42.0s",
+		"130     0     1   Moved   1m1s   77     bbbb         STUCK",
+		"9000    2     0   Moving  120ms  80     (leftovers)  3 failures: nats: timeout",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status lacks %q:\n%s", want, out)
+		}
+	}
+
+	f.configure(func(f *fakeAPI) {
+		f.polls = []operation{{OperationID: fakeOpID, FromBucket: 0, ToBucket: 3, ToShard: 2, Status: "Running", BucketsTotal: 4, BucketsDone: 1,
+			CurrentBuckets: []bucketMigration{{Bucket: 2, Status: "Moving", InStatusFor: "2s"}}, Alerts: []string{"bucket 2 (Moving) failing: boom"},
+			Errors: []string{"2026-03-04T05:07:20Z bucket 2: boom"}}}
+	})
+	out, err = run(t.Context(), "buckets", "status", "--url", srv.URL, "--db", "shop", "--id", fakeOpID)
+	if err != nil {
+		t.Fatalf("status --id: %v\n%s", err, out)
+	}
+	for _, want := range []string{"Operation " + fakeOpID + ": buckets 0-3 to shard 2", "  Buckets     1 of 4 (25.0%)", "Migrating now:",
+		"  ALERT bucket 2 (Moving) failing: boom", "  2026-03-04T05:07:20Z bucket 2: boom"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status --id lacks %q:\n%s", want, out)
+		}
+	}
+	if _, err := run(t.Context(), "buckets", "status", "--url", srv.URL, "--db", "shop", "--follow"); err == nil || !strings.Contains(err.Error(), "need --id") {
+		t.Errorf("--follow without --id: %v", err)
+	}
+}
+
+func TestStatusFollow(t *testing.T) {
+	f, srv := newFakeAPI(t)
+	script := moveScript(t)
+	f.configure(func(f *fakeAPI) {
+		f.events = script
+		f.polls = []operation{{OperationID: fakeOpID, FromBucket: 0, ToBucket: 3, ToShard: 2, Status: "Running", BucketsTotal: 4}}
+	})
+	out, err := run(t.Context(), "buckets", "status", "--url", srv.URL, "--db", "shop", "--id", fakeOpID, "--follow")
+	if err != nil || !strings.Contains(out, "Completed: buckets 0-3 to shard 2") || strings.Contains(out, "Moving buckets") {
+		t.Errorf("status --follow: %v\n%s", err, out)
+	}
+}
+
+func TestHelpHasExamples(t *testing.T) {
+	for _, sub := range []string{"move", "report", "status"} {
+		out, err := run(t.Context(), "buckets", sub, "--help")
+		if err != nil || !strings.Contains(out, "Examples:") || !strings.Contains(out, "shardnode buckets "+sub+" ") || !strings.Contains(out, "--url string") {
+			t.Errorf("buckets %s --help: %v\n%s", sub, err, out)
+		}
+	}
+}
+
+// sampleView is a progress state for the rendering tests.
+func sampleView() progressView {
+	return progressView{
+		Op: operation{OperationID: fakeOpID, Status: "Running", BucketsTotal: 2001, BucketsDone: 1750, DocumentsMoved: 123456, BytesMoved: 56_700_000,
+			CurrentBuckets: []bucketMigration{
+				{Bucket: 530, Status: "Moved", Stuck: true, InStatusFor: "1m5.2s"},
+				{Bucket: 17, Status: "Moving", Failures: 2},
+				{Bucket: 900, Status: "OwnershipTransferred"},
+				{Bucket: 901, Status: "Moving"},
+			},
+			Alerts: []string{"bucket 530 stuck in Moved for 1m5.2s"}},
+		Elapsed:    83 * time.Second,
+		BucketRate: 21.25,
+		ByteRate:   2_500_000,
+	}
+}
+
+func TestRenderTTY(t *testing.T) {
+	v := sampleView()
+	wide := renderTTY(v, 200)
+	if want := "\r▕█████████████████░░░▏   87.4%  1,750/2,001 buckets  123,456 docs  56.7 MB  21.2 buckets/s 2.50 MB/s  1m23s  1 ALERT  │ 17 Moving failing×2, 530 Moved STUCK 1m05s, 900 OwnershipTransferred, +1 more\x1b[K"; wide != want {
+		t.Errorf("wide line\n%q\nwant\n%q", wide, want)
+	}
+	for _, width := range []int{200, 120, 100, 80, 60, 40, 20, 5} {
+		s := renderTTY(v, width)
+		if !strings.HasPrefix(s, "\r") || !strings.HasSuffix(s, "\x1b[K") || strings.Contains(s, "\n") {
+			t.Errorf("width %d: not a redrawable line: %q", width, s)
+		}
+		line := strings.TrimSuffix(strings.TrimPrefix(s, "\r"), "\x1b[K")
+		if n := utf8.RuneCountInString(line); n > max(width-1, 10) {
+			t.Errorf("width %d: %d columns: %q", width, n, line)
+		}
+		if width >= 40 && (!strings.Contains(line, "87.4%") || !strings.Contains(line, "1,750/2,001")) {
+			t.Errorf("width %d: lost the percentage or counts: %q", width, line)
+		}
+		if width >= 80 && !strings.Contains(line, "2.50 MB/s") {
+			t.Errorf("width %d: lost the rates: %q", width, line)
+		}
+		if width >= 40 && (!strings.Contains(line, "1m23s") || !strings.Contains(line, "1 ALERT")) {
+			t.Errorf("width %d: lost the elapsed time or the alerts: %q", width, line)
+		}
+	}
+	v.Note = "retrying: connection refused"
+	v.Op.CurrentBuckets = nil
+	if s := renderTTY(v, 200); !strings.Contains(s, "│ retrying: connection refused") {
+		t.Errorf("note missing: %q", s)
+	}
+}
+
+func TestRenderPlain(t *testing.T) {
+	v := sampleView()
+	got := renderPlain(v)
+	want := "Running 87.4%, 1,750/2,001 buckets, 123,456 docs, 56.7 MB, 21.2 buckets/s 2.50 MB/s, 1m23s, 1 ALERT; now: 17 Moving failing×2, 530 Moved STUCK 1m05s, 900 OwnershipTransferred, 901 Moving\n"
+	if got != want {
+		t.Errorf("plain\n%q\nwant\n%q", got, want)
+	}
+	if strings.Contains(got, "\r") || strings.Contains(got, "\x1b") {
+		t.Errorf("plain line has terminal controls: %q", got)
+	}
+	// The clock and rates are no change; counts, trouble and notes are.
+	k := plainKey(v)
+	v2 := v
+	v2.Elapsed, v2.BucketRate = time.Hour, 1
+	if plainKey(v2) != k {
+		t.Error("the clock changes the plain key")
+	}
+	v2.Op.BucketsDone++
+	if plainKey(v2) == k {
+		t.Error("a bucket done does not change the plain key")
+	}
+	v3 := v
+	v3.Op.CurrentBuckets = append([]bucketMigration{{Bucket: 1, Status: "Moving", Failures: 1}}, v.Op.CurrentBuckets...)
+	if plainKey(v3) == k {
+		t.Error("a failing bucket does not change the plain key")
+	}
+	v.Op.BucketsTotal, v.Op.BucketsDone, v.Op.Status = 0, 0, "Completed"
+	if got := renderPlain(v); !strings.HasPrefix(got, "Completed 100.0%, 0/0 buckets") {
+		t.Errorf("empty operation: %q", got)
+	}
+	v.BucketRate, v.ByteRate = -1, -1
+	if got := renderPlain(v); !strings.Contains(got, "- buckets/s - MB/s") {
+		t.Errorf("unknown rate: %q", got)
+	}
+}
+
+func TestRenderSummary(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	op := operation{OperationID: "x", FromBucket: 0, ToBucket: 999, ToShard: 3, Status: "Completed", BucketsTotal: 1000, BucketsDone: 1000,
+		DocumentsMoved: 10_000, BytesMoved: 250_000_000, StartedAt: start, EndedAt: start.Add(20 * time.Second)}
+	want := `Completed: buckets 0-999 to shard 3 (operation x)
+  Buckets     1,000 of 1,000 moved
+  Documents   10,000
+  Bytes       250 MB
+  Duration    20.0s
+  Average     20.00 ms per bucket
+  Throughput  12.5 MB/s
+`
+	if got := renderSummary(op, time.Minute); got != want {
+		t.Errorf("summary\n%s\nwant\n%s", got, want)
+	}
+	op.BucketsDone, op.BucketsTotal, op.BytesMoved, op.EndedAt = 0, 0, 0, time.Time{}
+	if got := renderSummary(op, 1500*time.Millisecond); !strings.Contains(got, "Duration    1.5s") || !strings.Contains(got, "no bucket needed moving") {
+		t.Errorf("empty summary:\n%s", got)
+	}
+}
+
+func TestHumanFormats(t *testing.T) {
+	for n, want := range map[int64]string{0: "0 B", 999: "999 B", 1000: "1.0 kB", 1536: "1.5 kB", 123_456_789: "123 MB", 5_000_000_000: "5.0 GB"} {
+		if got := humanBytes(n); got != want {
+			t.Errorf("humanBytes(%d) = %q, want %q", n, got, want)
+		}
+	}
+	for n, want := range map[int64]string{0: "0", 999: "999", 1000: "1,000", 1234567: "1,234,567", -4200: "-4,200"} {
+		if got := humanCount(n); got != want {
+			t.Errorf("humanCount(%d) = %q, want %q", n, got, want)
+		}
+	}
+	for d, want := range map[time.Duration]string{-time.Second: "0ms", 850 * time.Millisecond: "850ms", 12300 * time.Millisecond: "12.3s",
+		245 * time.Second: "4m05s", 2*time.Hour + 3*time.Minute + 10*time.Second: "2h03m10s"} {
+		if got := formatElapsed(d); got != want {
+			t.Errorf("formatElapsed(%v) = %q, want %q", d, got, want)
+		}
+	}
+	if p := percent(operation{BucketsTotal: 2001, BucketsDone: 2000}); p != 99.9 {
+		t.Errorf("percent of 2000/2001 = %v, want 99.9 (never 100 before the end)", p)
+	}
+}
+
+func TestAlertKey(t *testing.T) {
+	if alertKey("bucket 2 stuck in Moving for 1m5s") != alertKey("bucket 2 stuck in Moving for 1m7.25s") {
+		t.Error("a stuck alert is new when its time grows")
+	}
+	if alertKey("bucket 2 stuck in Moving for 1m5s") == alertKey("bucket 2 stuck in Moved for 1m5s") {
+		t.Error("a bucket stuck in a new step is not a new alert")
+	}
+	if alertKey("bucket 2 stuck in Moving for 1m5s") == alertKey("bucket 3 stuck in Moving for 1m5s") {
+		t.Error("two buckets share an alert")
+	}
+}
+
+func TestReadSSE(t *testing.T) {
+	in := ": keepalive\n\nevent: operation\r\nid: 7\r\ndata: {\"a\":\r\ndata: 1}\r\n\r\ndata: plain\n\nevent: cut\ndata: x"
+	var got []sseEvent
+	if err := readSSE(strings.NewReader(in), func(ev sseEvent) bool { got = append(got, ev); return true }); err != nil {
+		t.Fatal(err)
+	}
+	want := []sseEvent{{Event: "operation", ID: "7", Data: "{\"a\":\n1}"}, {Event: "message", Data: "plain"}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("events %q, want %q (an event cut by the end of the stream is dropped)", got, want)
+	}
+}
+
+// TestTrackerTerminal checks the terminal output: redraws in place, alerts
+// on lines of their own above the progress line, a newline at the end.
+func TestTrackerTerminal(t *testing.T) {
+	var out bytes.Buffer
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	tr := newTracker(&out, true, func() int { return 120 }, func() time.Time { return now })
+	tr.color = false
+	tr.since = now
+	op := operation{OperationID: "x", Status: "Running", BucketsTotal: 10}
+	tr.setOp(op)
+	now = now.Add(2 * time.Second)
+	op.BucketsDone, op.Alerts = 4, []string{"bucket 3 (Moving) failing: boom"}
+	tr.setOp(op)
+	now = now.Add(2 * time.Second)
+	tr.tick()
+	op.Status, op.BucketsDone = "Completed", 10
+	tr.setOp(op)
+	tr.end()
+	got := out.String()
+	if !strings.HasPrefix(got, "\r▕░░░░░░░░░░░░░░░░░░░░▏    0.0%  0/10 buckets") {
+		t.Errorf("first draw: %q", got)
+	}
+	if !strings.Contains(got, "\r\x1b[KALERT bucket 3 (Moving) failing: boom\n\r▕████████") {
+		t.Errorf("alert is not on its own line above the redrawn progress: %q", got)
+	}
+	if !strings.Contains(got, "  2.00 buckets/s") {
+		t.Errorf("rate over the last seconds missing: %q", got)
+	}
+	if !strings.HasSuffix(got, "100.0%  10/10 buckets  0 docs  0 B  2.50 buckets/s 0 MB/s  4.0s  1 ALERT\x1b[K\n") {
+		t.Errorf("end: %q", got)
+	}
+}
+
+// TestTrackerIgnoresStaleStates checks that a slow poll answering with an
+// older state does not move the progress back.
+func TestTrackerIgnoresStaleStates(t *testing.T) {
+	var out bytes.Buffer
+	tr := newTracker(&out, false, nil, time.Now)
+	tr.setOp(operation{OperationID: "x", Status: "Running", BucketsTotal: 10, BucketsDone: 5})
+	tr.setOp(operation{OperationID: "x", Status: "Running", BucketsTotal: 10, BucketsDone: 3})
+	if tr.op.BucketsDone != 5 {
+		t.Errorf("progress went back to %d", tr.op.BucketsDone)
+	}
+	tr.migration(migrationEvent{Bucket: 8, Step: "Moving", OperationID: "x"})
+	tr.migration(migrationEvent{Bucket: 8, Step: "Error", Error: "boom", OperationID: "x"})
+	if len(tr.op.CurrentBuckets) != 1 || tr.op.CurrentBuckets[0].Failures != 1 || tr.op.CurrentBuckets[0].LastError != "boom" {
+		t.Errorf("current buckets %+v", tr.op.CurrentBuckets)
+	}
+	tr.migration(migrationEvent{Bucket: 8, Step: "Completed", OperationID: "x"})
+	if len(tr.op.CurrentBuckets) != 0 {
+		t.Errorf("a completed bucket is still current: %+v", tr.op.CurrentBuckets)
+	}
+	if n := strings.Count(out.String(), "\n"); n != 3 {
+		t.Errorf("%d plain lines, want 3 (the first state, the bucket failing, then gone):\n%s", n, out.String())
+	}
+}

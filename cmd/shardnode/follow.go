@@ -1,0 +1,378 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"time"
+)
+
+// This file follows one resharding operation until it finishes: it reads
+// the database's event stream (falling back to polling the operation) and
+// feeds a tracker, which draws the progress.
+
+// followOptions tune how an operation is followed; tests shorten them.
+type followOptions struct {
+	pollEvery    time.Duration // polling when the event stream failed
+	refreshEvery time.Duration // re-reading the operation beside the stream, for stuck-bucket alerts
+	redrawEvery  time.Duration // checking whether the progress needs a redraw or a heartbeat line
+	notFoundFor  time.Duration // how long a just-started operation may be unknown to the node
+	requestLimit time.Duration // timeout of one poll
+}
+
+// defaultFollowOptions are the command's settings.
+var defaultFollowOptions = followOptions{
+	pollEvery:    500 * time.Millisecond,
+	refreshEvery: 2 * time.Second,
+	redrawEvery:  100 * time.Millisecond,
+	notFoundFor:  5 * time.Second,
+	requestLimit: 5 * time.Second,
+}
+
+// follower follows one operation of one database.
+type follower struct {
+	c    *apiClient
+	db   string
+	id   string
+	opts followOptions
+	tr   *tracker
+	now  func() time.Time
+}
+
+// run follows the operation until it finishes, ctx ends or the node says
+// the operation or database does not exist. It returns the last state seen.
+func (f *follower) run(ctx context.Context) (*operation, error) {
+	begun := f.now()
+	events := make(chan sseEvent)
+	streamErr := make(chan error, 1)
+	sctx, stopStream := context.WithCancel(ctx)
+	defer stopStream()
+	go func() {
+		streamErr <- f.c.stream(sctx, dbPath(f.db, "events"), func(ev sseEvent) bool {
+			select {
+			case events <- ev:
+				return true
+			case <-sctx.Done():
+				return false
+			}
+		})
+	}()
+	poll := time.NewTicker(f.opts.refreshEvery)
+	defer poll.Stop()
+	redraw := time.NewTicker(f.opts.redrawEvery)
+	defer redraw.Stop()
+	if err := f.poll(ctx, begun); err != nil {
+		return f.tr.op, err
+	}
+	for !f.tr.op.finished() {
+		select {
+		case <-ctx.Done():
+			return f.tr.op, ctx.Err()
+		case ev := <-events:
+			if err := f.handle(ev); err != nil {
+				return f.tr.op, err
+			}
+		case err := <-streamErr:
+			if ctx.Err() != nil {
+				return f.tr.op, ctx.Err()
+			}
+			events = nil
+			f.tr.message("NOTE", fmt.Sprintf("event stream unavailable (%v); polling every %s", err, f.opts.pollEvery))
+			poll.Reset(f.opts.pollEvery)
+		case <-poll.C:
+			if err := f.poll(ctx, begun); err != nil {
+				return f.tr.op, err
+			}
+		case <-redraw.C:
+			f.tr.tick()
+		}
+	}
+	return f.tr.op, nil
+}
+
+// handle applies one event of the stream.
+func (f *follower) handle(ev sseEvent) error {
+	switch ev.Event {
+	case "operation":
+		var op operation
+		if err := json.Unmarshal([]byte(ev.Data), &op); err != nil {
+			return fmt.Errorf("bad operation event %q: %w", ev.Data, err)
+		}
+		if op.OperationID == f.id {
+			f.tr.setOp(op)
+		}
+	case "migration":
+		var m migrationEvent
+		if err := json.Unmarshal([]byte(ev.Data), &m); err != nil {
+			return fmt.Errorf("bad migration event %q: %w", ev.Data, err)
+		}
+		if m.OperationID == f.id {
+			f.tr.migration(m)
+		}
+	case "deleted":
+		return fmt.Errorf("database %q was deleted", f.db)
+	}
+	return nil
+}
+
+// poll reads the operation once. Trouble reaching the node is shown and
+// retried; a node that does not know the operation (after a grace period
+// for a just-started one) or the database ends the follow.
+func (f *follower) poll(ctx context.Context, begun time.Time) error {
+	pctx, cancel := context.WithTimeout(ctx, f.opts.requestLimit)
+	defer cancel()
+	var op operation
+	err := f.c.getJSON(pctx, dbPath(f.db, "resharding", f.id), nil, &op)
+	var se *serverError
+	switch {
+	case err == nil:
+		f.tr.setNote("")
+		f.tr.setOp(op)
+		return nil
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case errors.As(err, &se) && se.Status == http.StatusNotFound && se.Type == "OperationNotFound" && f.tr.op == nil && f.now().Sub(begun) < f.opts.notFoundFor:
+		return nil // the node has not applied the start yet
+	case errors.As(err, &se) && se.Status >= 400 && se.Status < 500:
+		return err
+	default:
+		f.tr.setNote(fmt.Sprintf("retrying: %v", err))
+		return nil
+	}
+}
+
+// rateWindow is how far back the shown rates look.
+const rateWindow = 5 * time.Second
+
+// rateSample is the progress at one moment, for the rates.
+type rateSample struct {
+	at             time.Time
+	buckets, bytes int64
+}
+
+// tracker turns operation states into output: on a terminal one line
+// redrawn in place, otherwise one plain line per change; alerts and errors
+// on lines of their own, each once.
+type tracker struct {
+	out   io.Writer
+	tty   bool
+	color bool
+	width func() int
+	now   func() time.Time
+	// since is when the operation started, for the elapsed time; zero
+	// means the operation's StartedAt.
+	since time.Time
+
+	op       *operation
+	note     string
+	samples  []rateSample
+	lastKey  string
+	lastDraw time.Time
+	dirty    bool
+	drawn    bool // a progress line is on the terminal
+	alerts   map[string]bool
+	errs     map[string]bool
+}
+
+// newTracker returns a tracker writing to out.
+func newTracker(out io.Writer, tty bool, width func() int, now func() time.Time) *tracker {
+	if width == nil {
+		width = func() int { return 100 }
+	}
+	return &tracker{out: out, tty: tty, color: tty && useColor(), width: width, now: now, alerts: map[string]bool{}, errs: map[string]bool{}}
+}
+
+// setOp records a new state of the operation. A state older than the one
+// shown (a slow poll racing the stream) is ignored.
+func (t *tracker) setOp(op operation) {
+	if t.op != nil && (t.op.finished() || op.BucketsDone < t.op.BucketsDone) {
+		return
+	}
+	if op.CurrentBuckets == nil && t.op != nil && !op.finished() {
+		op.CurrentBuckets = t.op.CurrentBuckets
+	}
+	t.op = &op
+	if t.since.IsZero() && !op.StartedAt.IsZero() {
+		t.since = op.StartedAt
+	}
+	t.sample()
+	for _, e := range op.Errors {
+		if !t.errs[e] {
+			t.errs[e] = true
+			t.message("ERROR", e)
+		}
+	}
+	for _, a := range op.Alerts {
+		if k := alertKey(a); !t.alerts[k] {
+			t.alerts[k] = true
+			t.message("ALERT", a)
+		}
+	}
+	t.changed()
+}
+
+// migration records one step of one of the operation's buckets.
+func (t *tracker) migration(m migrationEvent) {
+	if t.op == nil || t.op.finished() {
+		return
+	}
+	op := *t.op
+	cur := slices.Clone(op.CurrentBuckets)
+	i := slices.IndexFunc(cur, func(b bucketMigration) bool { return b.Bucket == m.Bucket })
+	switch {
+	case m.Step == "Completed":
+		if i >= 0 {
+			cur = slices.Delete(cur, i, i+1)
+		}
+	case i < 0:
+		// A bucket not seen yet; an "Error" step stands in for its status
+		// until the next state of the operation tells it.
+		b := bucketMigration{Bucket: m.Bucket, SourceShard: m.SourceShard, DestinationShard: m.DestinationShard,
+			Status: m.Step, MigrationIndex: m.MigrationIndex, OperationID: m.OperationID}
+		if m.Step == "Error" {
+			b.Failures, b.LastError = 1, m.Error
+		}
+		cur = append(cur, b)
+	case m.Step == "Error":
+		cur[i].Failures++
+		cur[i].LastError = m.Error
+	default:
+		if cur[i].Status != m.Step {
+			cur[i].Status, cur[i].Stuck, cur[i].InStatusFor = m.Step, false, ""
+		}
+	}
+	op.CurrentBuckets = cur
+	t.op = &op
+	t.changed()
+}
+
+// setNote sets the transient note shown with the progress.
+func (t *tracker) setNote(s string) {
+	if s != t.note {
+		t.note = s
+		t.changed()
+	}
+}
+
+// view is what the progress line shows now.
+func (t *tracker) view() progressView {
+	v := progressView{Op: *t.op, Note: t.note}
+	now := t.now()
+	if !t.since.IsZero() {
+		v.Elapsed = now.Sub(t.since)
+		if t.op.finished() && !t.op.EndedAt.IsZero() && !t.op.StartedAt.IsZero() {
+			v.Elapsed = t.op.EndedAt.Sub(t.op.StartedAt)
+		}
+	}
+	v.BucketRate, v.ByteRate = t.rates(now, v.Elapsed)
+	return v
+}
+
+// sample records the progress now and forgets samples out of the window.
+func (t *tracker) sample() {
+	now := t.now()
+	t.samples = append(t.samples, rateSample{now, t.op.BucketsDone, t.op.BytesMoved})
+	// Keep one sample at or before the window's start, so the window is
+	// spanned.
+	for len(t.samples) > 2 && now.Sub(t.samples[1].at) >= rateWindow {
+		t.samples = t.samples[1:]
+	}
+}
+
+// rates returns buckets and bytes per second over the recent window, over
+// the whole operation while the window is shorter than a second, or -1
+// (unknown) during the first second.
+func (t *tracker) rates(now time.Time, elapsed time.Duration) (float64, float64) {
+	if t.op.finished() {
+		if s := elapsed.Seconds(); s > 0 {
+			return float64(t.op.BucketsDone) / s, float64(t.op.BytesMoved) / s
+		}
+		return -1, -1
+	}
+	if len(t.samples) >= 2 {
+		first, last := t.samples[0], t.samples[len(t.samples)-1]
+		if dt := now.Sub(first.at).Seconds(); dt >= 1 {
+			return float64(last.buckets-first.buckets) / dt, float64(last.bytes-first.bytes) / dt
+		}
+	}
+	if s := elapsed.Seconds(); s >= 1 {
+		return float64(t.op.BucketsDone) / s, float64(t.op.BytesMoved) / s
+	}
+	return -1, -1
+}
+
+// changed shows a change: a plain line at once if it says something new, a
+// terminal redraw at the next tick (or at once when the operation ended).
+func (t *tracker) changed() {
+	if t.op == nil {
+		return
+	}
+	if t.tty {
+		t.dirty = true
+		if t.op.finished() || t.now().Sub(t.lastDraw) >= time.Second || !t.drawn {
+			t.draw()
+		}
+		return
+	}
+	v := t.view()
+	if k := plainKey(v); k != t.lastKey {
+		t.lastKey = k
+		t.printPlain(v)
+	}
+}
+
+// printPlain prints a plain progress line.
+func (t *tracker) printPlain(v progressView) {
+	fmt.Fprint(t.out, renderPlain(v))
+	t.lastDraw = t.now()
+}
+
+// plainHeartbeat is how often a plain line is repeated while nothing
+// changes, to show the move is alive and which buckets it is on.
+const plainHeartbeat = 10 * time.Second
+
+// tick redraws the terminal line if something changed since the last draw,
+// and at least every second for the elapsed time; without a terminal it
+// repeats the plain line every plainHeartbeat while nothing changes.
+func (t *tracker) tick() {
+	if t.op == nil || t.op.finished() {
+		return
+	}
+	t.sample()
+	switch {
+	case t.tty && (t.dirty || t.now().Sub(t.lastDraw) >= time.Second):
+		t.draw()
+	case !t.tty && t.now().Sub(t.lastDraw) >= plainHeartbeat:
+		t.printPlain(t.view())
+	}
+}
+
+// draw redraws the terminal line.
+func (t *tracker) draw() {
+	fmt.Fprint(t.out, renderTTY(t.view(), t.width()))
+	t.drawn, t.dirty, t.lastDraw = true, false, t.now()
+}
+
+// message prints a line of its own (an alert, an error, a note), above the
+// terminal's progress line.
+func (t *tracker) message(label, text string) {
+	fmt.Fprint(t.out, renderAlert(label, text, t.tty, t.color))
+	if t.tty && t.drawn {
+		t.draw()
+	}
+}
+
+// end leaves the progress line on the terminal and moves below it.
+func (t *tracker) end() {
+	if t.tty && t.drawn {
+		if t.dirty {
+			t.draw()
+		}
+		fmt.Fprintln(t.out)
+		t.drawn = false
+	}
+}

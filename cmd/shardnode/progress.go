@@ -1,0 +1,404 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// This file holds the pure rendering of a resharding operation's progress:
+// the redrawn terminal line, the plain log line, alerts and the closing
+// summary. Nothing here does I/O or reads the clock, so tests call these
+// functions directly.
+
+// Operation statuses, as the server names them.
+const (
+	statusRunning   = "Running"
+	statusCompleted = "Completed"
+)
+
+// operation is a resharding operation as GET
+// /databases/{db}/resharding/{id} and the "operation" event show it.
+type operation struct {
+	OperationID    string            `json:"OperationId"`
+	FromBucket     uint32            `json:"FromBucket"`
+	ToBucket       uint32            `json:"ToBucket"`
+	ToShard        int               `json:"ToShard"`
+	Status         string            `json:"Status"`
+	BucketsTotal   int64             `json:"BucketsTotal"`
+	BucketsDone    int64             `json:"BucketsDone"`
+	DocumentsMoved int64             `json:"DocumentsMoved"`
+	BytesMoved     int64             `json:"BytesMoved"`
+	StartedAt      time.Time         `json:"StartedAt"`
+	EndedAt        time.Time         `json:"EndedAt"`
+	StartIndex     uint64            `json:"StartIndex"`
+	Errors         []string          `json:"Errors"`
+	CurrentBuckets []bucketMigration `json:"CurrentBuckets"`
+	Alerts         []string          `json:"Alerts"`
+}
+
+// finished reports whether the operation reached a final status.
+func (op *operation) finished() bool {
+	return op != nil && op.Status != "" && op.Status != statusRunning
+}
+
+// bucketMigration is one live bucket migration, as the operation's
+// "CurrentBuckets" and the list's "BucketMigrations" show it.
+type bucketMigration struct {
+	Bucket           uint32 `json:"Bucket"`
+	SourceShard      int    `json:"SourceShard"`
+	DestinationShard int    `json:"DestinationShard"`
+	Status           string `json:"Status"`
+	MigrationIndex   uint64 `json:"MigrationIndex"`
+	OperationID      string `json:"OperationId"`
+	Leftovers        bool   `json:"Leftovers"`
+	Documents        int64  `json:"Documents"`
+	Bytes            int64  `json:"Bytes"`
+	LastError        string `json:"LastError"`
+	Failures         int    `json:"Failures"`
+	InStatusFor      string `json:"InStatusFor"`
+	Stuck            bool   `json:"Stuck"`
+}
+
+// migrationEvent is a "migration" event's data: one step of one bucket.
+type migrationEvent struct {
+	Bucket           uint32 `json:"Bucket"`
+	MigrationIndex   uint64 `json:"MigrationIndex"`
+	SourceShard      int    `json:"SourceShard"`
+	DestinationShard int    `json:"DestinationShard"`
+	Step             string `json:"Step"`
+	OperationID      string `json:"OperationId"`
+	Error            string `json:"Error"`
+}
+
+// progressView is what one progress line shows: the operation plus what the
+// client measured.
+type progressView struct {
+	Op         operation
+	Elapsed    time.Duration
+	BucketRate float64 // buckets per second; negative while unknown
+	ByteRate   float64 // bytes per second; negative while unknown
+	Note       string  // e.g. "polling: event stream failed"
+}
+
+// percent is the share of the operation's buckets already moved.
+func percent(op operation) float64 {
+	if op.BucketsTotal <= 0 {
+		if op.finished() {
+			return 100
+		}
+		return 0
+	}
+	// Round down, so that 100.0% means done.
+	return math.Floor(min(1000, 1000*float64(op.BucketsDone)/float64(op.BucketsTotal))) / 10
+}
+
+// progressBar draws a bar of width cells filled to pct percent.
+func progressBar(pct float64, width int) string {
+	full := int(pct / 100 * float64(width))
+	full = max(0, min(width, full))
+	return "▕" + strings.Repeat("█", full) + strings.Repeat("░", width-full) + "▏"
+}
+
+// progressFields are the fields of a plain progress line, in order.
+func progressFields(v progressView) []string {
+	op := v.Op
+	f := []string{
+		fmt.Sprintf("%.1f%%", percent(op)),
+		fmt.Sprintf("%s/%s buckets", humanCount(op.BucketsDone), humanCount(op.BucketsTotal)),
+		fmt.Sprintf("%s docs", humanCount(op.DocumentsMoved)),
+		humanBytes(op.BytesMoved),
+		fmt.Sprintf("%s buckets/s %s MB/s", formatRate(v.BucketRate), formatRate(v.ByteRate/1e6)),
+		formatElapsed(v.Elapsed),
+	}
+	if a := alertsText(op); a != "" {
+		f = append(f, a)
+	}
+	return f
+}
+
+// alertsText counts the operation's alerts, or is empty.
+func alertsText(op operation) string {
+	if n := len(op.Alerts); n > 0 {
+		return fmt.Sprintf("%d %s", n, plural(n, "ALERT", "ALERTS"))
+	}
+	return ""
+}
+
+// ttyLayouts are the terminal line's layouts, richest first: a narrower
+// terminal gets a shorter bar, then shorter labels, then fewer fields: the
+// docs, then the rates and bytes, then the elapsed time.
+func ttyLayouts(v progressView) [][]string {
+	op := v.Op
+	pct := fmt.Sprintf("%5.1f%%", percent(op))
+	counts := fmt.Sprintf("%s/%s", humanCount(op.BucketsDone), humanCount(op.BucketsTotal))
+	docs := humanCount(op.DocumentsMoved) + " docs"
+	size := humanBytes(op.BytesMoved)
+	rates := fmt.Sprintf("%s buckets/s %s MB/s", formatRate(v.BucketRate), formatRate(v.ByteRate/1e6))
+	short := fmt.Sprintf("%s/s %s MB/s", formatRate(v.BucketRate), formatRate(v.ByteRate/1e6))
+	elapsed := formatElapsed(v.Elapsed)
+	bar := func(w int) string { return progressBar(percent(op), w) }
+	layouts := [][]string{
+		{bar(20), pct, counts + " buckets", docs, size, rates, elapsed},
+		{bar(10), pct, counts + " buckets", docs, size, rates, elapsed},
+		{bar(10), pct, counts, docs, size, short, elapsed},
+		{pct, counts, docs, size, short, elapsed},
+		{pct, counts, size, short, elapsed},
+		{pct, counts, elapsed},
+		{pct, counts},
+	}
+	if a := alertsText(op); a != "" {
+		for i := range layouts {
+			layouts[i] = append(layouts[i], a)
+		}
+	}
+	return layouts
+}
+
+// renderTTY returns the progress line for a terminal of width columns: a
+// carriage return, the line, and an erase-to-end-of-line, so that writing
+// it again redraws the same line. The line never reaches the last column
+// (which would wrap). It takes the richest layout that leaves room for the
+// buckets migrating now (or for none, if no layout does), and gives those
+// buckets and any note the room that is left.
+func renderTTY(v progressView, width int) string {
+	limit := max(width-1, 10)
+	tail := currentText(v.Op.CurrentBuckets, 3)
+	if v.Note != "" {
+		tail = strings.TrimPrefix(tail+" │ "+v.Note, " │ ")
+	}
+	const sep, tailSep = "  ", "  │ "
+	layouts := ttyLayouts(v)
+	line := strings.TrimLeft(strings.Join(layouts[len(layouts)-1], sep), " ")
+	// On a wide terminal the migrating buckets may push out the bar and
+	// long labels; on a narrow one the counts come first.
+	want := min(utf8.RuneCountInString(tail), 20) + utf8.RuneCountInString(tailSep)
+	if tail == "" || limit < 99 {
+		want = 0
+	}
+	for _, reserve := range []int{want, 0} {
+		fit := false
+		for _, l := range layouts {
+			if s := strings.TrimLeft(strings.Join(l, sep), " "); utf8.RuneCountInString(s)+reserve <= limit {
+				line, fit = s, true
+				break
+			}
+		}
+		if fit {
+			break
+		}
+	}
+	if room := limit - utf8.RuneCountInString(line) - utf8.RuneCountInString(tailSep); tail != "" && room >= 8 {
+		line += tailSep + truncate(tail, room)
+	}
+	return "\r" + truncate(line, limit) + "\x1b[K"
+}
+
+// renderPlain returns the progress as one self-contained line, for logs and
+// pipes.
+func renderPlain(v progressView) string {
+	line := v.Op.Status + " " + strings.Join(progressFields(v), ", ")
+	if cur := currentText(v.Op.CurrentBuckets, 10); cur != "" {
+		line += "; now: " + cur
+	}
+	if v.Note != "" {
+		line += "; " + v.Note
+	}
+	return line + "\n"
+}
+
+// plainKey identifies the progress a plain line reports, so that one line
+// is printed per change: of the counts, the status, the note, the alerts,
+// or a bucket turning stuck or failing. The clock, the rates and the steps
+// of healthy buckets are left out: they change all the time, and the
+// terminal line shows them.
+func plainKey(v progressView) string {
+	op := v.Op
+	var trouble []string
+	for _, m := range op.CurrentBuckets {
+		if m.Stuck || m.Failures > 0 {
+			trouble = append(trouble, fmt.Sprintf("%d/%s/%t/%d", m.Bucket, m.Status, m.Stuck, m.Failures))
+		}
+	}
+	slices.Sort(trouble)
+	return fmt.Sprintf("%s|%d|%d|%d|%d|%s|%d|%s", op.Status, op.BucketsTotal, op.BucketsDone, op.DocumentsMoved, op.BytesMoved,
+		v.Note, len(op.Alerts), strings.Join(trouble, ","))
+}
+
+// currentText lists up to limit migrating buckets, lowest first, with their
+// step and any trouble: "17 Moving, 530 Moved STUCK 1m5s, +2 more".
+func currentText(cbs []bucketMigration, limit int) string {
+	if len(cbs) == 0 {
+		return ""
+	}
+	cbs = slices.Clone(cbs)
+	slices.SortFunc(cbs, func(a, b bucketMigration) int { return int(a.Bucket) - int(b.Bucket) })
+	var parts []string
+	for i, m := range cbs {
+		if i == limit {
+			parts = append(parts, fmt.Sprintf("+%d more", len(cbs)-limit))
+			break
+		}
+		s := fmt.Sprintf("%d %s", m.Bucket, m.Status)
+		if m.Stuck {
+			s += " STUCK"
+			if d, err := time.ParseDuration(m.InStatusFor); err == nil {
+				s += " " + formatElapsed(d)
+			}
+		}
+		if m.Failures > 0 {
+			s += fmt.Sprintf(" failing×%d", m.Failures)
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// renderAlert returns one alert or error line. On a terminal it first
+// erases the progress line it replaces and colours the label.
+func renderAlert(label, text string, tty, color bool) string {
+	if tty {
+		if color {
+			label = "\x1b[1;33m" + label + "\x1b[0m"
+		}
+		return "\r\x1b[K" + label + " " + text + "\n"
+	}
+	return label + " " + text + "\n"
+}
+
+// durationToken matches a Go duration inside an alert, such as the time a
+// stuck bucket has spent in its step.
+var durationToken = regexp.MustCompile(`\b[0-9][0-9.]*(ns|µs|us|ms|s|m|h)([0-9][0-9.]*(ns|µs|us|ms|s|m|h))*\b`)
+
+// alertKey identifies an alert across refreshes: the same alert with a
+// longer duration in it is not new.
+func alertKey(alert string) string {
+	return durationToken.ReplaceAllString(alert, "…")
+}
+
+// renderSummary returns the closing summary of an operation. wall is the
+// time this client watched it, used when the server's times are missing.
+func renderSummary(op operation, wall time.Duration) string {
+	d := wall
+	if !op.StartedAt.IsZero() && !op.EndedAt.IsZero() && op.EndedAt.After(op.StartedAt) {
+		d = op.EndedAt.Sub(op.StartedAt)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: buckets %d-%d to shard %d (operation %s)\n", op.Status, op.FromBucket, op.ToBucket, op.ToShard, op.OperationID)
+	fmt.Fprintf(&b, "  Buckets     %s of %s moved\n", humanCount(op.BucketsDone), humanCount(op.BucketsTotal))
+	fmt.Fprintf(&b, "  Documents   %s\n", humanCount(op.DocumentsMoved))
+	fmt.Fprintf(&b, "  Bytes       %s\n", humanBytes(op.BytesMoved))
+	fmt.Fprintf(&b, "  Duration    %s\n", formatElapsed(d))
+	if op.BucketsDone > 0 {
+		ms := float64(d) / float64(time.Millisecond) / float64(op.BucketsDone)
+		fmt.Fprintf(&b, "  Average     %s ms per bucket\n", strconv.FormatFloat(ms, 'f', 2, 64))
+	} else {
+		b.WriteString("  Average     - (no bucket needed moving)\n")
+	}
+	if d > 0 && op.BytesMoved > 0 {
+		fmt.Fprintf(&b, "  Throughput  %s/s\n", humanBytes(int64(float64(op.BytesMoved)/d.Seconds())))
+	}
+	if n := len(op.Errors); n > 0 {
+		fmt.Fprintf(&b, "  Errors      %d (retried; last: %s)\n", n, op.Errors[n-1])
+	}
+	return b.String()
+}
+
+// humanBytes formats a byte count with decimal units: 512 B, 1.5 kB,
+// 12.3 MB.
+func humanBytes(n int64) string {
+	if n < 1000 {
+		return fmt.Sprintf("%d B", n)
+	}
+	units := []string{"kB", "MB", "GB", "TB", "PB", "EB"}
+	f := float64(n)
+	i := -1
+	for f >= 1000 && i < len(units)-1 {
+		f /= 1000
+		i++
+	}
+	if f >= 100 {
+		return fmt.Sprintf("%.0f %s", f, units[i])
+	}
+	return fmt.Sprintf("%.1f %s", f, units[i])
+}
+
+// humanCount formats an integer with thousands separators: 1,234,567.
+func humanCount(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}
+
+// formatRate formats a rate with about three significant digits, and a
+// negative (unknown) rate as "-".
+func formatRate(f float64) string {
+	switch {
+	case f < 0:
+		return "-"
+	case f == 0:
+		return "0"
+	case f < 10:
+		return strconv.FormatFloat(f, 'f', 2, 64)
+	case f < 100:
+		return strconv.FormatFloat(f, 'f', 1, 64)
+	default:
+		return strconv.FormatFloat(f, 'f', 0, 64)
+	}
+}
+
+// formatElapsed formats a duration for people: 850ms, 12.3s, 4m05s,
+// 2h03m10s.
+func formatElapsed(d time.Duration) string {
+	switch {
+	case d < 0:
+		d = 0
+		fallthrough
+	case d < time.Second:
+		return fmt.Sprintf("%dms", d.Milliseconds())
+	case d < time.Minute:
+		return fmt.Sprintf("%.1fs", d.Seconds())
+	case d < time.Hour:
+		d = d.Round(time.Second)
+		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
+	default:
+		d = d.Round(time.Second)
+		return fmt.Sprintf("%dh%02dm%02ds", int(d.Hours()), int(d.Minutes())%60, int(d.Seconds())%60)
+	}
+}
+
+// truncate cuts s to at most width runes, marking the cut with "…".
+func truncate(s string, width int) string {
+	if width < 1 {
+		width = 1
+	}
+	if utf8.RuneCountInString(s) <= width {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:width-1]) + "…"
+}
+
+// plural picks the singular or plural form for n.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
