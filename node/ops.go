@@ -2,9 +2,17 @@ package node
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"sort"
 )
+
+// operationIDFor derives an operation id from a client's request id, so a
+// retried request names the operation the first attempt started.
+func operationIDFor(db, requestID string) string {
+	sum := sha256.Sum256([]byte(db + "\x00" + requestID))
+	return hex.EncodeToString(sum[:8])
+}
 
 // newOperationID returns a random id for a resharding operation.
 func newOperationID() string {

@@ -222,6 +222,11 @@ func (rs *replicaSet) reconcile(index uint64, records []*raftfsm.DatabaseRecord)
 		rs.mu.Lock()
 		rs.stores[k] = s
 		rs.reps[k] = rep
+		// The purge floor lives in memory: after a restart, start it at the
+		// record this replica opened with, so a router holding an older
+		// record (which may predate a purge done before the restart)
+		// refreshes before reading here.
+		rs.purged[k] = max(rs.purged[k], r.Etag)
 		rs.mu.Unlock()
 		if rs.newAgent != nil {
 			ag := rs.newAgent(k.db, k.shard, s)

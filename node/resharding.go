@@ -163,7 +163,11 @@ func (n *Node) handleStartResharding(w http.ResponseWriter, r *http.Request) {
 		writeError(w, notFound("ShardDoesNotExist", "database %q has no shard %d (shards: %v)", t.rec.DatabaseName, *req.ToShard, t.rec.ShardNumbers()))
 		return
 	}
+	// A client retrying with the same Request-Id gets the same operation.
 	id := newOperationID()
+	if rid := r.Header.Get("Request-Id"); rid != "" {
+		id = operationIDFor(t.rec.DatabaseName, rid)
+	}
 	cmd := &raftfsm.StartResharding{Meta: raftfsm.Meta{At: time.Now().UTC(), RequestID: r.Header.Get("Request-Id")}, Database: t.rec.DatabaseName,
 		OperationID: id, FromBucket: *req.FromBucket, ToBucket: *req.ToBucket, ToShard: *req.ToShard}
 	if _, err := n.proposeIndex(r.Context(), cmd); err != nil {

@@ -209,9 +209,13 @@ func (s *Store) commitRound(reqs []*writeReq) {
 	syncDur := time.Since(syncStart)
 	if err == nil {
 		s.mu.Lock()
-		s.commits++
-		for _, req := range reqs {
-			s.commitOps += uint64(len(req.ops))
+		if len(r.items) > 0 || len(r.progress) > 0 {
+			s.commits++
+		}
+		for i, req := range reqs {
+			if resps[i].err == nil {
+				s.commitOps += uint64(len(req.ops))
+			}
 		}
 		s.commitNanos += uint64(time.Since(start))
 		s.syncNanos += uint64(syncDur)
