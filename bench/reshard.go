@@ -1,0 +1,814 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"net/url"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/shardnode/shardnode/bucket"
+)
+
+// The resharding workloads; each is also the name of its rows. "reshard"
+// in Options.Workloads selects all three.
+const (
+	WorkloadReshardSmall      = "reshard-small-buckets"
+	WorkloadReshardBulk       = "reshard-bulk-transfer"
+	WorkloadReshardForeground = "reshard-foreground"
+)
+
+// sysNoMove labels the foreground row's baseline: the same write load on
+// the same cluster with no move running.
+const sysNoMove = "no-move"
+
+// Shape of the resharding datasets.
+const (
+	reshardShards      = 3
+	reshardRF          = 2
+	reshardDocsPerBkt  = 10   // documents per small bucket
+	bulkDocBytes       = 4096 // size of one document of the bulk bucket
+	flipWindow         = 100 * time.Millisecond
+	reshardMoveTimeout = 30 * time.Minute
+)
+
+// ReshardFigures are a resharding row's own figures (JSON; the note says
+// the same in words).
+type ReshardFigures struct {
+	// Buckets is the number of non-empty buckets the operation moved one by
+	// one; EmptyBuckets the empty ones it flipped in bulk.
+	Buckets      int64 `json:",omitempty"`
+	EmptyBuckets int64 `json:",omitempty"`
+	// Timed is how many migrations the event stream saw both Moving and
+	// OwnershipTransferred of; Coalesced how many it saw only part of (the
+	// node's record watch coalesces applies).
+	Timed     int `json:",omitempty"`
+	Coalesced int `json:",omitempty"`
+	// BucketP50Ms, BucketP99Ms and BucketMaxMs are per-bucket times,
+	// Moving → OwnershipTransferred as the event stream delivered them.
+	BucketP50Ms float64 `json:",omitempty"`
+	BucketP99Ms float64 `json:",omitempty"`
+	BucketMaxMs float64 `json:",omitempty"`
+	// TotalSeconds runs from the POST that starts the operation to its
+	// Completed event (every bucket flipped and cleaned up); MsPerBucket
+	// divides it by Buckets.
+	TotalSeconds float64 `json:",omitempty"`
+	MsPerBucket  float64 `json:",omitempty"`
+	// SendP50Ms is the median of Moving → Moved (the source streams the
+	// bucket until nothing newer is left), ConfirmP50Ms of Moved →
+	// OwnershipTransferred (every destination replica confirms), GapP50Ms
+	// of one bucket's OwnershipTransferred → the next bucket's Moving.
+	SendP50Ms    float64 `json:",omitempty"`
+	ConfirmP50Ms float64 `json:",omitempty"`
+	GapP50Ms     float64 `json:",omitempty"`
+	// TransferSeconds is the bulk bucket's Moving → OwnershipTransferred,
+	// split into SendSeconds and ConfirmSeconds as above.
+	TransferSeconds float64 `json:",omitempty"`
+	SendSeconds     float64 `json:",omitempty"`
+	ConfirmSeconds  float64 `json:",omitempty"`
+	// CPUCores is the whole process's CPU time (three nodes and the
+	// benchmark's clients) during the move divided by its wall time: how
+	// many of the machine's cores the move kept busy.
+	CPUCores float64 `json:",omitempty"`
+	// DocumentsMoved and BytesMoved are the operation's own counts.
+	DocumentsMoved int64 `json:",omitempty"`
+	BytesMoved     int64 `json:",omitempty"`
+	// LoadSeconds is how long loading the dataset took.
+	LoadSeconds float64 `json:",omitempty"`
+	// Flips is the number of ownership flips seen under the foreground
+	// load; FlipsWithWrites those with a write into the flipping bucket in
+	// flight within ±100 ms. FlipPause* are, over those flips, the longest
+	// such write's latency.
+	Flips           int     `json:",omitempty"`
+	FlipsWithWrites int     `json:",omitempty"`
+	FlipPauseP50Ms  float64 `json:",omitempty"`
+	FlipPauseP99Ms  float64 `json:",omitempty"`
+	FlipPauseMaxMs  float64 `json:",omitempty"`
+	// MovingWrites counts the writes into moving buckets during the move;
+	// MovingWritesP99Ms is their p99.
+	MovingWrites      int64   `json:",omitempty"`
+	MovingWritesP99Ms float64 `json:",omitempty"`
+}
+
+// reshard runs one resharding workload and returns its rows.
+func (r *run) reshard(ctx context.Context, w string) []Row {
+	if !r.inProcess {
+		skip := "skipped: needs an in-process 3-node cluster (not with --url)"
+		rows := []Row{{Workload: w, System: sysShardnode, Skipped: skip}}
+		switch w {
+		case WorkloadReshardBulk:
+			rows = append(rows, Row{Workload: w, System: sysPebble, Baseline: true, Skipped: skip})
+		case WorkloadReshardForeground:
+			rows = append(rows, Row{Workload: w, System: sysNoMove, Baseline: true, Skipped: skip})
+		}
+		return rows
+	}
+	switch w {
+	case WorkloadReshardSmall:
+		return []Row{r.reshardSmall(ctx)}
+	case WorkloadReshardBulk:
+		return r.reshardBulk(ctx)
+	default:
+		return r.reshardForeground(ctx)
+	}
+}
+
+// reshardEnv is one resharding row's cluster and database.
+type reshardEnv struct {
+	r    *run
+	c    *benchCluster
+	hc   *http.Client
+	db   string
+	base string // node A
+}
+
+// newReshardEnv starts a cluster in its own directory and creates the
+// database: 3 shards, replication factor 2.
+func (r *run) newReshardEnv(ctx context.Context, name string, clients int) (*reshardEnv, error) {
+	hc := newHTTPClient(clients)
+	start := time.Now()
+	c, err := startCluster(ctx, hc, filepath.Join(r.root, name), r.o.Logger)
+	if err != nil {
+		hc.CloseIdleConnections()
+		return nil, err
+	}
+	e := &reshardEnv{r: r, c: c, hc: hc, db: "reshard", base: c.urls[0]}
+	body := fmt.Appendf(nil, `{"Shards":%d,"ReplicationFactor":%d}`, reshardShards, reshardRF)
+	if err := sendJSON(ctx, hc, http.MethodPut, e.base+"/admin/databases/"+e.db, body, http.StatusCreated, nil); err != nil {
+		e.close()
+		return nil, fmt.Errorf("create database: %w", err)
+	}
+	r.logf("%-12s started a %d-node cluster in %.1fs", name, reshardNodes, time.Since(start).Seconds())
+	return e, nil
+}
+
+func (e *reshardEnv) close() {
+	e.hc.CloseIdleConnections()
+	if err := e.c.close(); err != nil {
+		e.r.logf("close resharding cluster: %v", err)
+	}
+}
+
+func (e *reshardEnv) dbURL() string { return e.base + "/databases/" + e.db }
+
+// pickTenants returns n tenant ids prefix+i with distinct buckets that the
+// even split gives to shard, ascending by bucket, each checked against the
+// node's GET /sharding/bucket.
+func (e *reshardEnv) pickTenants(ctx context.Context, prefix string, n int, shard int) ([]string, []uint32, error) {
+	ranges := bucket.EvenSplit(reshardShards)
+	seen := map[uint32]bool{}
+	var ids []string
+	for i := 0; len(ids) < n; i++ {
+		id := prefix + strconv.Itoa(i)
+		b := bucket.ForID(id)
+		if ranges.ShardOf(b) != shard || seen[b] {
+			continue
+		}
+		seen[b] = true
+		ids = append(ids, id)
+	}
+	slices.SortFunc(ids, func(a, b string) int { return int(bucket.ForID(a)) - int(bucket.ForID(b)) })
+	buckets := make([]uint32, n)
+	errs := make([]error, 8)
+	var wg sync.WaitGroup
+	for w := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n && errs[w] == nil; i += len(errs) {
+				var got struct {
+					Bucket uint32
+					Shard  int
+				}
+				if err := getJSON(ctx, e.hc, e.dbURL()+"/sharding/bucket?id="+url.QueryEscape(ids[i]), &got); err != nil {
+					errs[w] = err
+					break
+				}
+				if got.Shard != shard || got.Bucket != bucket.ForID(ids[i]) {
+					errs[w] = fmt.Errorf("tenant %s: node says bucket %d on shard %d, want bucket %d on shard %d", ids[i], got.Bucket, got.Shard, bucket.ForID(ids[i]), shard)
+					break
+				}
+				buckets[i] = got.Bucket
+			}
+		}()
+	}
+	wg.Wait()
+	return ids, buckets, errors.Join(errs...)
+}
+
+// load stores count documents through bulk_docs, batch per request, from
+// senders concurrent senders, each request acknowledged by both replicas
+// of its shard. doc(i, buf) appends document i's body to buf and returns
+// its id.
+func (e *reshardEnv) load(ctx context.Context, count, batch, senders int, doc func(i int, buf []byte) (string, []byte)) (time.Duration, error) {
+	start := time.Now()
+	var next int
+	var mu sync.Mutex
+	errs := make([]error, senders)
+	var wg sync.WaitGroup
+	for s := range senders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var body, doc1 []byte
+			for {
+				mu.Lock()
+				from := next
+				next += batch
+				mu.Unlock()
+				if from >= count || ctx.Err() != nil {
+					return
+				}
+				body = append(body[:0], `{"Commands":[`...)
+				for i := from; i < min(from+batch, count); i++ {
+					if i > from {
+						body = append(body, ',')
+					}
+					var id string
+					id, doc1 = doc(i, doc1[:0])
+					qid, _ := json.Marshal(id)
+					body = append(body, `{"Type":"PUT","Id":`...)
+					body = append(body, qid...)
+					body = append(body, `,"Document":`...)
+					body = append(body, doc1...)
+					body = append(body, '}')
+				}
+				body = append(body, "]}"...)
+				err := sendJSON(ctx, e.hc, http.MethodPost, e.dbURL()+"/bulk_docs?waitForReplicas="+strconv.Itoa(reshardRF), body, http.StatusCreated, nil)
+				if err != nil {
+					errs[s] = err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return time.Since(start), errors.Join(errs...)
+}
+
+// events runs a no-op operation (so the stream has something to send at
+// once and its headers arrive) and opens the database's event stream.
+func (e *reshardEnv) events(ctx context.Context, onStep func(migrationStep)) (*eventStream, error) {
+	// Bucket 1,048,575 is shard 2's already: this operation completes as
+	// it starts and moves nothing.
+	body := fmt.Appendf(nil, `{"FromBucket":%d,"ToBucket":%d,"ToShard":%d}`, bucket.MaxID, bucket.MaxID, reshardShards-1)
+	if err := sendJSON(ctx, e.hc, http.MethodPost, e.dbURL()+"/resharding", body, http.StatusAccepted, nil); err != nil {
+		return nil, fmt.Errorf("no-op operation: %w", err)
+	}
+	return openEvents(ctx, e.hc, e.dbURL()+"/events", onStep)
+}
+
+// startMove starts moving buckets [from, to] to shard and returns the
+// operation id and when the request was sent.
+func (e *reshardEnv) startMove(ctx context.Context, from, to uint32, shard int) (string, time.Time, error) {
+	start := time.Now()
+	var got struct {
+		OperationID string `json:"OperationId"`
+	}
+	body := fmt.Appendf(nil, `{"FromBucket":%d,"ToBucket":%d,"ToShard":%d}`, from, to, shard)
+	if err := sendJSON(ctx, e.hc, http.MethodPost, e.dbURL()+"/resharding", body, http.StatusAccepted, &got); err != nil {
+		return "", start, fmt.Errorf("start resharding: %w", err)
+	}
+	return got.OperationID, start, nil
+}
+
+// waitMove waits until operation id is no longer running (the event
+// stream says so; a GET every 2 s backs it up) and returns its final
+// state and when the end was seen.
+func (e *reshardEnv) waitMove(ctx context.Context, es *eventStream, id string) (operationState, time.Time, error) {
+	fin := es.finished(id)
+	poll := time.NewTicker(2 * time.Second)
+	defer poll.Stop()
+	timeout := time.NewTimer(reshardMoveTimeout)
+	defer timeout.Stop()
+	var op operationState
+	for done := false; !done; {
+		select {
+		case <-fin:
+			done = true
+		case <-poll.C:
+			if err := getJSON(ctx, e.hc, e.dbURL()+"/resharding/"+id, &op); err == nil && op.Status != "Running" {
+				done = true
+			}
+		case <-timeout.C:
+			return op, time.Now(), fmt.Errorf("operation %s still %s after %s: %d of %d buckets done, errors %v", id, op.Status, reshardMoveTimeout, op.BucketsDone, op.BucketsTotal, op.Errors)
+		case <-ctx.Done():
+			return op, time.Now(), ctx.Err()
+		}
+	}
+	end := time.Now()
+	if err := getJSON(ctx, e.hc, e.dbURL()+"/resharding/"+id, &op); err != nil {
+		return op, end, err
+	}
+	if op.Status != "Completed" {
+		return op, end, fmt.Errorf("operation %s ended %s: errors %v", id, op.Status, op.Errors)
+	}
+	return op, end, nil
+}
+
+// waitClean waits until the record lists no bucket migration (every
+// cleanup done, no documents-migrator leftovers).
+func (e *reshardEnv) waitClean(ctx context.Context) error {
+	return waitUntil(ctx, 2*time.Minute, func() error {
+		var rec struct {
+			Sharding struct {
+				BucketMigrations map[string]json.RawMessage
+			}
+		}
+		if err := getJSON(ctx, e.hc, e.base+"/admin/databases/"+e.db, &rec); err != nil {
+			return err
+		}
+		if n := len(rec.Sharding.BucketMigrations); n > 0 {
+			return fmt.Errorf("%d bucket migrations left in the record", n)
+		}
+		return nil
+	})
+}
+
+// breakdown fills the figures' per-phase medians from the operation's
+// migrations (in start order).
+func (f *ReshardFigures) breakdown(ts []migrationTiming) {
+	var send, confirm, gap []time.Duration
+	for i, t := range ts {
+		if s, c, ok := t.phases(); ok {
+			send = append(send, s)
+			confirm = append(confirm, c)
+		}
+		if i > 0 && t.FirstStep == stepMoving && !ts[i-1].Flip.IsZero() && t.Start.After(ts[i-1].Flip) {
+			gap = append(gap, t.Start.Sub(ts[i-1].Flip))
+		}
+	}
+	f.SendP50Ms, _, _ = durationsMs(send)
+	f.ConfirmP50Ms, _, _ = durationsMs(confirm)
+	f.GapP50Ms, _, _ = durationsMs(gap)
+}
+
+// cpuTime is the process's user and system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// cores is CPU time over wall time.
+func cores(cpu, wall time.Duration) float64 {
+	if wall <= 0 {
+		return 0
+	}
+	return cpu.Seconds() / wall.Seconds()
+}
+
+// spanOf returns the smallest range covering buckets (sorted).
+func spanOf(buckets []uint32) (uint32, uint32) { return buckets[0], buckets[len(buckets)-1] }
+
+// smallDoc appends small document i of tenant (a ~1 KiB YCSB record) to
+// buf and returns its anchored id.
+func smallDoc(seed uint64, tenants []string, i int, buf []byte) (string, []byte) {
+	t := tenants[i/reshardDocsPerBkt]
+	id := "d" + strconv.Itoa(i%reshardDocsPerBkt) + "$" + t
+	return id, appendRecord(buf, newRand(seed, i), int64(i), true)
+}
+
+// durationsMs sorts ds and returns its p50, p99 and maximum in ms.
+func durationsMs(ds []time.Duration) (p50, p99, maxv float64) {
+	if len(ds) == 0 {
+		return 0, 0, 0
+	}
+	slices.Sort(ds)
+	return ms(percentile(ds, 50)), ms(percentile(ds, 99)), ms(ds[len(ds)-1])
+}
+
+// reshardSmall is reshard-small-buckets: the fixed cost of moving a small
+// bucket.
+func (r *run) reshardSmall(ctx context.Context) Row {
+	w := WorkloadReshardSmall
+	fail := func(err error) Row {
+		r.logf("%-12s %v", w, err)
+		return makeRow(w, sysShardnode, "buckets/s", nil, err, "")
+	}
+	n := int(r.o.ReshardBuckets)
+	e, err := r.newReshardEnv(ctx, w, 16)
+	if err != nil {
+		return fail(err)
+	}
+	defer e.close()
+	tenants, buckets, err := e.pickTenants(ctx, "t/", n, 0)
+	if err != nil {
+		return fail(err)
+	}
+	seed := r.nextSeed()
+	loadTime, err := e.load(ctx, n*reshardDocsPerBkt, 1000, r.o.Senders, func(i int, buf []byte) (string, []byte) {
+		return smallDoc(seed, tenants, i, buf)
+	})
+	if err != nil {
+		return fail(fmt.Errorf("load: %w", err))
+	}
+	r.logf("%-12s loaded %d buckets × %d docs in %.1fs", w, n, reshardDocsPerBkt, loadTime.Seconds())
+	es, err := e.events(ctx, nil)
+	if err != nil {
+		return fail(err)
+	}
+	defer es.close()
+	from, to := spanOf(buckets)
+	cpu0 := cpuTime()
+	id, start, err := e.startMove(ctx, from, to, 2)
+	if err != nil {
+		return fail(err)
+	}
+	op, end, err := e.waitMove(ctx, es, id)
+	if err != nil {
+		return fail(err)
+	}
+	total := end.Sub(start)
+	cpu := cpuTime() - cpu0
+	if err := e.waitClean(ctx); err != nil {
+		return fail(err)
+	}
+	var per []time.Duration
+	fig := &ReshardFigures{Buckets: int64(n), EmptyBuckets: op.BucketsTotal - int64(n), TotalSeconds: total.Seconds(),
+		MsPerBucket: ms(total) / float64(n), DocumentsMoved: op.DocumentsMoved, BytesMoved: op.BytesMoved, LoadSeconds: loadTime.Seconds(),
+		CPUCores: cores(cpu, total)}
+	moved := 0
+	ts := timings(es.migrationSteps(), id)
+	fig.breakdown(ts)
+	for _, t := range ts {
+		moved++
+		if d, ok := t.transfer(); ok {
+			per = append(per, d)
+		} else {
+			fig.Coalesced++
+		}
+	}
+	fig.Timed = len(per)
+	var s sample
+	s.addRound(roundResult{ops: int64(len(per)), units: int64(n), bytes: op.BytesMoved, elapsed: total, lat: per})
+	row := makeRow(w, sysShardnode, "buckets/s", &s, nil, "")
+	if len(per) == 0 {
+		row.Error = "the event stream timed no migration"
+	}
+	fig.BucketP50Ms, fig.BucketP99Ms, fig.BucketMaxMs = durationsMs(per)
+	row.Reshard = fig
+	row.Note = fmt.Sprintf("%d non-empty buckets of %d ~1 KiB docs (+%d empty buckets flipped in bulk) moved shard 0→2 in one operation: %.1f s total, %.1f ms per non-empty bucket; p50/p99 per bucket = Moving→OwnershipTransferred on the event stream (%d timed, %d coalesced, max %.0f ms), medians Moving→Moved %.1f ms, Moved→OwnershipTransferred %.1f ms, flip→next Moving %.1f ms; process CPU %.2f cores; %d-node in-process cluster, RF %d",
+		n, reshardDocsPerBkt, fig.EmptyBuckets, total.Seconds(), fig.MsPerBucket, fig.Timed, fig.Coalesced, fig.BucketMaxMs,
+		fig.SendP50Ms, fig.ConfirmP50Ms, fig.GapP50Ms, fig.CPUCores, reshardNodes, reshardRF)
+	if moved != n {
+		row.Note += fmt.Sprintf("; WARNING: the operation ran %d migrations for %d non-empty buckets", moved, n)
+	}
+	r.logf("%-12s %d buckets: %.1f s, %.1f ms/bucket, per bucket p50 %.1f ms p99 %.1f ms", w, n, total.Seconds(), fig.MsPerBucket, fig.BucketP50Ms, fig.BucketP99Ms)
+	return row
+}
+
+// bulkDoc appends bulk document i (bulkDocBytes of JSON) to buf.
+func bulkDoc(seed uint64, i int, buf []byte) []byte {
+	buf = append(buf, `{"@metadata":{"@collection":"blobs"},"N":`...)
+	buf = strconv.AppendInt(buf, int64(i), 10)
+	buf = append(buf, `,"Data":"`...)
+	buf = appendRandom(buf, newRand(seed, i), max(0, bulkDocBytes-len(buf)-2))
+	return append(buf, `"}`...)
+}
+
+// bulkID is bulk document i's id, anchored on the bucket's tenant;
+// zero-padded, so ids ascend with i.
+func bulkID(i int) string { return fmt.Sprintf("d%08d$big/1", i) }
+
+// reshardBulk is reshard-bulk-transfer: one large bucket's transfer rate
+// beside a raw Pebble copy of the same data.
+func (r *run) reshardBulk(ctx context.Context) []Row {
+	w := WorkloadReshardBulk
+	docs := int(math.Ceil(float64(r.o.ReshardBulkMB) * 1e6 / bulkDocBytes))
+	seed := r.nextSeed()
+	sn := r.reshardBulkNode(ctx, docs, seed)
+	var s sample
+	res, err := rawPebbleCopy(filepath.Join(r.root, "reshard-pebble"), docs, func(i int, buf []byte) ([]byte, []byte) {
+		return []byte(bulkID(i)), bulkDoc(seed, i, buf)
+	})
+	if err == nil {
+		s.addRound(res)
+		r.logf("%-12s %-10s copied %d docs: %.1f MB/s", w, sysPebble, docs, res.bytesPerSec()/1e6)
+	}
+	pb := makeRow(w, sysPebble, "docs/s", &s, err, "")
+	pb.Note = fmt.Sprintf("raw Pebble copy of the same %d values of %d B: written in key order to an instance with storage's tuned options and flushed, then read back in order and written to a second instance in batches of %d (≤ %d MiB), the last synced; MB/s of keys and values; sn/base compares docs/s",
+		docs, bulkDocBytes, copyBatchItems, copyBatchBytes>>20)
+	return []Row{sn, pb}
+}
+
+// reshardBulkNode loads and moves the bulk bucket on a cluster.
+func (r *run) reshardBulkNode(ctx context.Context, docs int, seed uint64) Row {
+	w := WorkloadReshardBulk
+	fail := func(err error) Row {
+		r.logf("%-12s %v", w, err)
+		return makeRow(w, sysShardnode, "docs/s", nil, err, "")
+	}
+	e, err := r.newReshardEnv(ctx, w, 16)
+	if err != nil {
+		return fail(err)
+	}
+	defer e.close()
+	var where struct {
+		Bucket uint32
+		Shard  int
+	}
+	if err := getJSON(ctx, e.hc, e.dbURL()+"/sharding/bucket?id="+url.QueryEscape("big/1"), &where); err != nil {
+		return fail(err)
+	}
+	loadTime, err := e.load(ctx, docs, 250, r.o.Senders, func(i int, buf []byte) (string, []byte) {
+		return bulkID(i), bulkDoc(seed, i, buf)
+	})
+	if err != nil {
+		return fail(fmt.Errorf("load: %w", err))
+	}
+	r.logf("%-12s loaded %d docs of %d B into bucket %d in %.1fs", w, docs, bulkDocBytes, where.Bucket, loadTime.Seconds())
+	es, err := e.events(ctx, nil)
+	if err != nil {
+		return fail(err)
+	}
+	defer es.close()
+	dst := (where.Shard + 1) % reshardShards
+	cpu0 := cpuTime()
+	id, start, err := e.startMove(ctx, where.Bucket, where.Bucket, dst)
+	if err != nil {
+		return fail(err)
+	}
+	op, end, err := e.waitMove(ctx, es, id)
+	if err != nil {
+		return fail(err)
+	}
+	cpu := cpuTime() - cpu0
+	if err := e.waitClean(ctx); err != nil {
+		return fail(err)
+	}
+	var transfer, send, confirm time.Duration
+	ts := timings(es.migrationSteps(), id)
+	for _, t := range ts {
+		if t.Bucket == where.Bucket {
+			transfer, _ = t.transfer()
+			send, confirm, _ = t.phases()
+		}
+	}
+	if transfer <= 0 {
+		return fail(fmt.Errorf("the event stream did not time the move (%d migrations seen)", len(ts)))
+	}
+	var s sample
+	s.addRound(roundResult{ops: op.DocumentsMoved, units: op.DocumentsMoved, bytes: op.BytesMoved, elapsed: transfer})
+	row := makeRow(w, sysShardnode, "docs/s", &s, nil, "")
+	row.Reshard = &ReshardFigures{Buckets: 1, TransferSeconds: transfer.Seconds(), SendSeconds: send.Seconds(), ConfirmSeconds: confirm.Seconds(),
+		TotalSeconds: end.Sub(start).Seconds(), DocumentsMoved: op.DocumentsMoved, BytesMoved: op.BytesMoved, LoadSeconds: loadTime.Seconds(),
+		CPUCores: cores(cpu, end.Sub(start))}
+	row.Note = fmt.Sprintf("one bucket of %d docs of %d B (%.0f MB) moved shard %d→%d: %.0f MB BytesMoved (bodies, ids, change vectors + 64 B each) in %.2f s Moving→OwnershipTransferred (Moving→Moved %.2f s, Moved→OwnershipTransferred %.2f s; %.2f s POST→Completed); both destination replicas confirm; process CPU %.2f cores; %d-node in-process cluster, RF %d",
+		docs, bulkDocBytes, float64(docs)*bulkDocBytes/1e6, where.Shard, dst, float64(op.BytesMoved)/1e6, transfer.Seconds(),
+		send.Seconds(), confirm.Seconds(), end.Sub(start).Seconds(), row.Reshard.CPUCores, reshardNodes, reshardRF)
+	if op.DocumentsMoved != int64(docs) {
+		row.Note += fmt.Sprintf("; WARNING: DocumentsMoved %d, loaded %d", op.DocumentsMoved, docs)
+	}
+	r.logf("%-12s %-10s moved %d docs (%.0f MB) in %.2fs: %.1f MB/s", w, sysShardnode, op.DocumentsMoved, float64(op.BytesMoved)/1e6, transfer.Seconds(), row.MBPerSec)
+	return row
+}
+
+// fgWrite is one foreground write.
+type fgWrite struct {
+	start, end time.Time
+	bucket     uint32
+	moving     bool // into one of the moving buckets
+}
+
+// fgResult is one phase of the foreground load.
+type fgResult struct {
+	writes  []fgWrite
+	elapsed time.Duration
+	errors  int64
+	err     error // the first error
+}
+
+// reshardForeground is reshard-foreground: a write load with and without a
+// move of small buckets, and the write pause at each ownership flip.
+func (r *run) reshardForeground(ctx context.Context) []Row {
+	w := WorkloadReshardForeground
+	fail := func(err error) []Row {
+		r.logf("%-12s %v", w, err)
+		return []Row{makeRow(w, sysShardnode, "ops/s", nil, err, ""), makeRow(w, sysNoMove, "ops/s", nil, err, "")}
+	}
+	n := int(r.o.ReshardForegroundBuckets)
+	clients := r.o.ReshardClients
+	movers := max(1, clients/4)
+	e, err := r.newReshardEnv(ctx, w, clients+8)
+	if err != nil {
+		return fail(err)
+	}
+	defer e.close()
+	tenants, buckets, err := e.pickTenants(ctx, "f/", n, 0)
+	if err != nil {
+		return fail(err)
+	}
+	seed := r.nextSeed()
+	loadTime, err := e.load(ctx, n*reshardDocsPerBkt, 1000, r.o.Senders, func(i int, buf []byte) (string, []byte) {
+		return smallDoc(seed, tenants, i, buf)
+	})
+	if err != nil {
+		return fail(fmt.Errorf("load: %w", err))
+	}
+	from, to := spanOf(buckets)
+	tenantOf := map[uint32]string{}
+	for i, b := range buckets {
+		tenantOf[b] = tenants[i]
+	}
+	// The movers write into the bucket migrating now, as the event stream
+	// tells, and keep writing into it until the next one starts: so every
+	// flip has writes in flight around it.
+	var cur sync.Mutex
+	current := ""
+	es, err := e.events(ctx, func(s migrationStep) {
+		if t, ok := tenantOf[s.Bucket]; ok && s.Step == stepMoving {
+			cur.Lock()
+			current = t
+			cur.Unlock()
+		}
+	})
+	if err != nil {
+		return fail(err)
+	}
+	defer es.close()
+	pick := func(rnd func(int) int) string {
+		cur.Lock()
+		t := current
+		cur.Unlock()
+		if t == "" {
+			t = tenants[rnd(len(tenants))]
+		}
+		return t
+	}
+	phase := func(stop <-chan struct{}) fgResult {
+		return e.foreground(ctx, clients, movers, seed, from, to, pick, stop)
+	}
+	dur := time.Duration(r.o.ReshardForegroundSeconds * float64(time.Second))
+	stop := make(chan struct{})
+	time.AfterFunc(dur, func() { close(stop) })
+	idle := phase(stop)
+	if idle.err != nil {
+		return fail(fmt.Errorf("foreground load without a move: %d errors, first: %w", idle.errors, idle.err))
+	}
+	r.logf("%-12s %-10s %d writes in %.1fs", w, sysNoMove, len(idle.writes), idle.elapsed.Seconds())
+
+	stop = make(chan struct{})
+	busyc := make(chan fgResult, 1)
+	go func() { busyc <- phase(stop) }()
+	cpu0 := cpuTime()
+	id, start, err := e.startMove(ctx, from, to, 2)
+	var op operationState
+	var end time.Time
+	if err == nil {
+		op, end, err = e.waitMove(ctx, es, id)
+	}
+	close(stop)
+	cpu := cpuTime() - cpu0
+	busy := <-busyc
+	if err != nil {
+		return fail(err)
+	}
+	if busy.err != nil {
+		return fail(fmt.Errorf("foreground load during the move: %d errors, first: %w", busy.errors, busy.err))
+	}
+	if err := e.waitClean(ctx); err != nil {
+		return fail(err)
+	}
+	fig := &ReshardFigures{Buckets: int64(n), EmptyBuckets: op.BucketsTotal - int64(n), TotalSeconds: end.Sub(start).Seconds(),
+		MsPerBucket: ms(end.Sub(start)) / float64(n), DocumentsMoved: op.DocumentsMoved, BytesMoved: op.BytesMoved, LoadSeconds: loadTime.Seconds(),
+		CPUCores: cores(cpu, end.Sub(start))}
+	// The write pause at each flip: the longest write into the flipping
+	// bucket in flight within ±flipWindow of the flip's event.
+	byBucket := map[uint32][]fgWrite{}
+	var movingLat []time.Duration
+	for _, wr := range busy.writes {
+		if wr.moving {
+			byBucket[wr.bucket] = append(byBucket[wr.bucket], wr)
+			movingLat = append(movingLat, wr.end.Sub(wr.start))
+		}
+	}
+	var pauses, per []time.Duration
+	ts := timings(es.migrationSteps(), id)
+	fig.breakdown(ts)
+	for _, t := range ts {
+		if d, ok := t.transfer(); ok {
+			per = append(per, d)
+		}
+		if t.Flip.IsZero() {
+			continue
+		}
+		fig.Flips++
+		lo, hi := t.Flip.Add(-flipWindow), t.Flip.Add(flipWindow)
+		var longest time.Duration
+		seen := false
+		for _, wr := range byBucket[t.Bucket] {
+			if wr.start.Before(hi) && wr.end.After(lo) {
+				seen = true
+				longest = max(longest, wr.end.Sub(wr.start))
+			}
+		}
+		if seen {
+			pauses = append(pauses, longest)
+		}
+	}
+	fig.FlipsWithWrites = len(pauses)
+	fig.FlipPauseP50Ms, fig.FlipPauseP99Ms, fig.FlipPauseMaxMs = durationsMs(pauses)
+	fig.MovingWrites = int64(len(movingLat))
+	_, fig.MovingWritesP99Ms, _ = durationsMs(movingLat)
+	fig.Timed = len(per)
+	fig.BucketP50Ms, fig.BucketP99Ms, fig.BucketMaxMs = durationsMs(per)
+
+	rows := make([]Row, 2)
+	for i, ph := range []fgResult{busy, idle} {
+		lat := make([]time.Duration, len(ph.writes))
+		for j, wr := range ph.writes {
+			lat[j] = wr.end.Sub(wr.start)
+		}
+		var s sample
+		s.addRound(roundResult{ops: int64(len(lat)), elapsed: ph.elapsed, lat: lat})
+		sys := []string{sysShardnode, sysNoMove}[i]
+		rows[i] = makeRow(w, sys, "ops/s", &s, nil, "")
+	}
+	rows[0].Reshard = fig
+	rows[0].Note = fmt.Sprintf("%d clients' durable PUTs of ~1 KiB (%d into the bucket migrating now, %d outside the moving range) during a move of %d non-empty buckets (+%d empty) shard 0→2, %.1f s (per bucket p50 %.1f ms; process CPU %.2f cores); write pause at the flip (longest write into the flipping bucket within ±%d ms of OwnershipTransferred) p50 %.1f / p99 %.1f / max %.1f ms over %d of %d flips; writes into moving buckets p99 %.1f ms; %d-node in-process cluster, RF %d",
+		clients, movers, clients-movers, n, fig.EmptyBuckets, fig.TotalSeconds, fig.BucketP50Ms, fig.CPUCores, flipWindow.Milliseconds(),
+		fig.FlipPauseP50Ms, fig.FlipPauseP99Ms, fig.FlipPauseMaxMs, fig.FlipsWithWrites, fig.Flips, fig.MovingWritesP99Ms, reshardNodes, reshardRF)
+	rows[1].Note = fmt.Sprintf("the same load on the same cluster for %.0f s before the move (movers write into random buckets of the range); sn/base = with move / without", dur.Seconds())
+	r.logf("%-12s %-10s %d writes in %.1fs during the move; flip pause p99 %.1f ms (%d flips)", w, sysShardnode, len(busy.writes), busy.elapsed.Seconds(), fig.FlipPauseP99Ms, fig.FlipsWithWrites)
+	return rows
+}
+
+// foreground runs the write load until stop closes: clients closed-loop
+// writers spread over the nodes; the first movers write into pick()'s
+// tenant bucket (64 ids each, overwritten), the others insert new
+// documents whose buckets lie outside [from, to]. The first error is kept
+// and counted, and the load goes on.
+func (e *reshardEnv) foreground(ctx context.Context, clients, movers int, seed uint64, from, to uint32, pick func(func(int) int) string, stop <-chan struct{}) fgResult {
+	res := make([]fgResult, clients)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rnd := newRand(seed, 1000+c)
+			base := e.c.urls[c%len(e.c.urls)] + "/databases/" + e.db + "/docs?id="
+			var body []byte
+			var buf bytes.Buffer
+			out := &res[c]
+			for k := 0; ; k++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				var id string
+				moving := c < movers
+				if moving {
+					id = "w" + strconv.Itoa(c) + "-" + strconv.Itoa(k%64) + "$" + pick(rnd.IntN)
+				} else {
+					for {
+						id = "o" + strconv.Itoa(c) + "-" + strconv.FormatUint(rnd.Uint64()&0xffffffffff, 36)
+						if b := bucket.ForID(id); b < from || b > to {
+							break
+						}
+					}
+				}
+				body = appendRecord(body[:0], rnd, int64(k), true)
+				t0 := time.Now()
+				err := do(ctx, e.hc, http.MethodPut, base+url.QueryEscape(id), body, http.StatusCreated, &buf)
+				t1 := time.Now()
+				if err != nil {
+					out.errors++
+					if out.err == nil {
+						out.err = err
+					}
+					if ctx.Err() != nil {
+						return
+					}
+					continue
+				}
+				out.writes = append(out.writes, fgWrite{start: t0, end: t1, bucket: bucket.ForID(id), moving: moving})
+			}
+		}()
+	}
+	wg.Wait()
+	total := fgResult{elapsed: time.Since(start)}
+	for _, r := range res {
+		total.writes = append(total.writes, r.writes...)
+		total.errors += r.errors
+		if total.err == nil {
+			total.err = r.err
+		}
+	}
+	sort.Slice(total.writes, func(i, j int) bool { return total.writes[i].start.Before(total.writes[j].start) })
+	return total
+}
