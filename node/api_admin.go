@@ -89,7 +89,7 @@ func (n *Node) handleTopology(w http.ResponseWriter, r *http.Request) {
 }
 
 func (n *Node) handleListDatabases(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{"Databases": n.fsm.Databases()})
+	writeJSON(w, http.StatusOK, map[string]any{"Databases": n.fsm.Records()})
 }
 
 // createDatabaseRequest is PUT /admin/databases/{db}'s body.

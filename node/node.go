@@ -198,7 +198,7 @@ func (n *Node) followRecords(ctx context.Context) {
 	defer stop()
 	index := n.fsm.AppliedIndex()
 	for {
-		if err := n.replicas.reconcile(index, n.fsm.Databases()); err != nil {
+		if err := n.replicas.reconcile(index, n.fsm.Records()); err != nil {
 			n.logger.Error("reconcile shard replicas", "err", err)
 		}
 		select {
@@ -269,7 +269,7 @@ func (n *Node) waitCaughtUp(ctx context.Context) error {
 
 // databaseNames lists the databases in the state.
 func (n *Node) databaseNames() []string {
-	recs := n.fsm.Databases()
+	recs := n.fsm.Records()
 	out := make([]string, len(recs))
 	for i, r := range recs {
 		out[i] = r.DatabaseName

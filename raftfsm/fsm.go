@@ -146,6 +146,19 @@ func (f *FSM) Record(name string) (*DatabaseRecord, bool) {
 	return r, ok
 }
 
+// Records returns every record without copying (see Record), sorted by
+// name. Callers must not modify them.
+func (f *FSM) Records() []*DatabaseRecord {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	out := make([]*DatabaseRecord, 0, len(f.state.Databases))
+	for _, r := range f.state.Databases {
+		out = append(out, r)
+	}
+	sortRecords(out)
+	return out
+}
+
 // Databases returns copies of all records, sorted by name.
 func (f *FSM) Databases() []*DatabaseRecord {
 	f.mu.RLock()

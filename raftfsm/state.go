@@ -1,7 +1,7 @@
 package raftfsm
 
 import (
-	"encoding/json"
+	"slices"
 	"time"
 
 	"github.com/shardnode/shardnode/bucket"
@@ -155,13 +155,24 @@ func (r *DatabaseRecord) ShardNumbers() []int {
 
 // Clone returns a deep copy, safe to hand out of the state machine.
 func (r *DatabaseRecord) Clone() *DatabaseRecord {
-	b, err := json.Marshal(r)
-	if err != nil {
-		panic("raftfsm: marshal record: " + err.Error())
+	c := *r
+	c.Sharding.Shards = make(map[int]*ShardTopology, len(r.Sharding.Shards))
+	for n, t := range r.Sharding.Shards {
+		c.Sharding.Shards[n] = &ShardTopology{Members: slices.Clone(t.Members)}
 	}
-	var c DatabaseRecord
-	if err := json.Unmarshal(b, &c); err != nil {
-		panic("raftfsm: unmarshal record: " + err.Error())
+	c.Sharding.BucketRanges = slices.Clone(r.Sharding.BucketRanges)
+	c.Sharding.BucketMigrations = make(map[uint32]*BucketMigration, len(r.Sharding.BucketMigrations))
+	for b, m := range r.Sharding.BucketMigrations {
+		cm := *m
+		cm.ConfirmedDestinations = slices.Clone(m.ConfirmedDestinations)
+		cm.ConfirmedSourceCleanup = slices.Clone(m.ConfirmedSourceCleanup)
+		c.Sharding.BucketMigrations[b] = &cm
+	}
+	c.Sharding.Resharding = make(map[string]*ReshardingOperation, len(r.Sharding.Resharding))
+	for id, op := range r.Sharding.Resharding {
+		co := *op
+		co.Errors = slices.Clone(op.Errors)
+		c.Sharding.Resharding[id] = &co
 	}
 	return &c
 }

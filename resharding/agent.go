@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shardnode/shardnode/bucket"
 	"github.com/shardnode/shardnode/changevector"
 	"github.com/shardnode/shardnode/raftfsm"
 	"github.com/shardnode/shardnode/replication"
@@ -67,7 +68,7 @@ func (a *Agent) run(ctx context.Context) {
 	defer stop()
 	sweep := time.NewTimer(0)
 	defer sweep.Stop()
-	var lastRanges string
+	var lastRanges bucketRangesView
 	for {
 		rec := a.c.Record(a.db)
 		if rec == nil {
@@ -79,7 +80,7 @@ func (a *Agent) run(ctx context.Context) {
 		waitStore := a.reconcile(ctx, rec)
 		// The documents migrator runs after ownership changes (at most once
 		// a second) and on a slow safety sweep.
-		ranges := fmt.Sprint(rec.Sharding.BucketRanges, len(rec.Sharding.BucketMigrations))
+		ranges := bucketRangesView{rec.Sharding.BucketRanges, len(rec.Sharding.BucketMigrations)}
 		sweepNow := false
 		select {
 		case <-sweep.C:
@@ -87,7 +88,7 @@ func (a *Agent) run(ctx context.Context) {
 			sweep.Reset(a.c.MigratorInterval())
 		default:
 		}
-		if (ranges != lastRanges && time.Since(a.lastSweep) > time.Second) || sweepNow {
+		if (!ranges.equal(lastRanges) && time.Since(a.lastSweep) > time.Second) || sweepNow {
 			lastRanges = ranges
 			a.lastSweep = time.Now()
 			a.migrateLeftovers(ctx, rec)
@@ -266,7 +267,8 @@ func (a *Agent) send(ctx context.Context, m raftfsm.BucketMigration) error {
 	if rec == nil {
 		return nil
 	}
-	s := &sender{a: a, m: m, dbid: rec.DatabaseID}
+	s := &sender{a: a, m: m, dbid: rec.DatabaseID, inflight: make(chan struct{}, maxInflightBatches)}
+	defer s.wg.Wait() // no send outlives the task
 	feed := a.s.LastEtag()
 	err := a.s.IterateBuckets(m.Bucket, m.Bucket, func(d *storage.Document) bool {
 		s.add(d)
@@ -284,7 +286,7 @@ func (a *Agent) send(ctx context.Context, m raftfsm.BucketMigration) error {
 	if err != nil {
 		return err
 	}
-	a.logger.Debug("sent bucket", "bucket", m.Bucket, "migration", m.MigrationIndex, "documents", s.docs)
+	a.logger.Debug("sent bucket's snapshot", "bucket", m.Bucket, "migration", m.MigrationIndex)
 	ch, stop := a.c.Watch()
 	defer stop()
 	completed := m.Status == raftfsm.MigrationMoved
@@ -310,15 +312,23 @@ func (a *Agent) send(ctx context.Context, m raftfsm.BucketMigration) error {
 		}
 		feed = next
 		if final {
-			return nil // the flip happened (or the migration is gone): done
+			return s.drain() // the flip happened (or the migration is gone): done
 		}
 		// Caught up (the tail fit in one batch): record what was sent. Later
 		// writes keep flowing through the tail while Moved and in the last
 		// pass after the flip, so a steady write load cannot hold this up.
 		if n < batchItems && !completed && status == raftfsm.MigrationMoving {
 			a.c.Failpoint(ctx, "resharding/before-send-completed")
+			// Everything counted in the version must be stored before the
+			// destination is told to look for it.
+			if err := s.drain(); err != nil {
+				return err
+			}
+			s.mu.Lock()
+			docs, bytes := s.docs, s.bytes
+			s.mu.Unlock()
 			cmd := &raftfsm.SourceMigrationSendCompleted{Meta: raftfsm.Meta{At: time.Now().UTC()}, Database: a.db, Bucket: m.Bucket,
-				MigrationIndex: m.MigrationIndex, LastSourceChangeVector: s.version.String(), Documents: s.docs, Bytes: s.bytes}
+				MigrationIndex: m.MigrationIndex, LastSourceChangeVector: s.version.String(), Documents: docs, Bytes: bytes}
 			if err := a.propose(ctx, cmd); err != nil {
 				return err
 			}
@@ -342,10 +352,14 @@ type sender struct {
 	batch   []replication.Item
 	size    int
 	version changevector.Vector
-	docs    int64
-	bytes   int64
-	fails   int
 	err     error
+
+	inflight chan struct{}
+	wg       sync.WaitGroup
+	mu       sync.Mutex // guards the fields below, written by the sends
+	docs     int64
+	bytes    int64
+	asyncErr error
 }
 
 func (s *sender) add(d *storage.Document) {
@@ -364,35 +378,79 @@ func (s *sender) add(d *storage.Document) {
 
 func (s *sender) full() bool { return len(s.batch) >= batchItems || s.size >= batchBytes }
 
-// flush sends the batch, retrying with backoff; a step that keeps failing
-// is recorded in the migration (visible in the record and the operation).
+// maxInflightBatches bounds the batches a sender has on the wire at once:
+// the destination stores each as it arrives (by version, so their order
+// does not matter), and the source reads the next meanwhile.
+const maxInflightBatches = 4
+
+// flush hands the batch to a background send (at most maxInflightBatches
+// at once) and starts a new one; an earlier send's failure is returned.
 func (s *sender) flush(ctx context.Context) error {
+	if err := s.takeErr(); err != nil {
+		return err
+	}
 	if len(s.batch) == 0 {
 		return nil
 	}
 	b := &Batch{DB: s.a.db, Shard: s.m.DestinationShard, Bucket: s.m.Bucket, MigrationIndex: s.m.MigrationIndex, DatabaseID: s.dbid, Items: s.batch}
+	n, size := int64(len(s.batch)), int64(s.size)
+	s.batch, s.size = nil, 0
+	select {
+	case s.inflight <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer func() { <-s.inflight }()
+		err := s.sendWithRetry(ctx, b)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if err != nil {
+			if s.asyncErr == nil {
+				s.asyncErr = err
+			}
+			return
+		}
+		s.docs += n
+		s.bytes += size
+	}()
+	return nil
+}
+
+// drain waits for every batch on the wire and returns the first failure.
+func (s *sender) drain() error {
+	s.wg.Wait()
+	return s.takeErr()
+}
+
+func (s *sender) takeErr() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.asyncErr
+}
+
+// sendWithRetry sends one batch, retrying with backoff; a batch that keeps
+// failing is recorded in the migration (visible in the record and the
+// operation).
+func (s *sender) sendWithRetry(ctx context.Context, b *Batch) error {
 	bo := newBackoff()
-	for {
+	for fails := 1; ; fails++ {
 		err := s.a.c.SendBatch(ctx, b)
 		if err == nil {
-			s.fails = 0
-			break
+			return nil
 		}
-		s.fails++
-		if s.fails%reportFailures == 0 {
+		if fails%reportFailures == 0 {
 			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			_ = s.a.c.Propose(rctx, &raftfsm.ReportMigrationError{Meta: raftfsm.Meta{At: time.Now().UTC()}, Database: s.a.db, Bucket: s.m.Bucket,
-				MigrationIndex: s.m.MigrationIndex, Error: fmt.Sprintf("send to shard %d failed %d times: %v", s.m.DestinationShard, s.fails, err)})
+				MigrationIndex: s.m.MigrationIndex, Error: fmt.Sprintf("send to shard %d failed %d times: %v", s.m.DestinationShard, fails, err)})
 			cancel()
 		}
 		if !bo.wait(ctx) {
 			return ctx.Err()
 		}
 	}
-	s.docs += int64(len(s.batch))
-	s.bytes += int64(s.size)
-	s.batch, s.size = s.batch[:0], 0
-	return nil
 }
 
 // tail sends the bucket's items written after feed; it returns how many
@@ -502,4 +560,15 @@ func (a *Agent) migrateLeftovers(ctx context.Context, rec *raftfsm.DatabaseRecor
 	if err != nil && !errors.Is(err, raftfsm.ErrConflict) {
 		a.logger.Warn("documents migrator could not start a migration", "bucket", found.Bucket, "err", err)
 	}
+}
+
+// bucketRangesView is what the documents migrator watches for: ownership
+// and the number of migrations.
+type bucketRangesView struct {
+	ranges     bucket.Ranges
+	migrations int
+}
+
+func (v bucketRangesView) equal(o bucketRangesView) bool {
+	return v.migrations == o.migrations && slices.Equal(v.ranges, o.ranges)
 }
