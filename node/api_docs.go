@@ -106,7 +106,7 @@ func (n *Node) fetchDocs(ctx context.Context, t target, ids []string) ([]*storag
 		if err == nil || !isStaleRecord(err) || attempt >= maxRerouteAttempts {
 			return docs, shards, err
 		}
-		if err := n.waitNewerRecord(ctx, t.rec); err != nil {
+		if err := n.waitNewerRecord(ctx, t.rec, rerouteWait(attempt)); err != nil {
 			return nil, nil, err
 		}
 		if rec := n.recordOf(t.rec.DatabaseName); rec != nil {
@@ -315,7 +315,7 @@ func (n *Node) writeOps(ctx context.Context, t target, ops []storage.Op, wc writ
 			return results, nil
 		}
 		sort.Ints(pending)
-		if err := n.waitNewerRecord(ctx, t.rec); err != nil {
+		if err := n.waitNewerRecord(ctx, t.rec, rerouteWait(attempt)); err != nil {
 			return nil, err
 		}
 		if rec := n.recordOf(t.rec.DatabaseName); rec != nil {
@@ -332,12 +332,14 @@ func isNotOwned(err error) bool {
 	return errors.As(err, &ae) && ae.Type == "BucketNotOwned"
 }
 
-// waitNewerRecord waits (up to 200 ms) for a record newer than rec; the
-// refusing shard has applied one, this node will shortly.
-func (n *Node) waitNewerRecord(ctx context.Context, rec *raftfsm.DatabaseRecord) error {
+// waitNewerRecord waits for a record newer than rec (the refusing shard
+// applied one; this node will shortly), but at most wait: when this node
+// is already up to date it is the refusing node that lags, and a short
+// pause is all a retry needs.
+func (n *Node) waitNewerRecord(ctx context.Context, rec *raftfsm.DatabaseRecord, wait time.Duration) error {
 	ch, stop := n.fsm.Watch()
 	defer stop()
-	t := time.NewTimer(200 * time.Millisecond)
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	for {
 		if cur := n.recordOf(rec.DatabaseName); cur == nil || cur.Etag > rec.Etag {
@@ -351,6 +353,12 @@ func (n *Node) waitNewerRecord(ctx context.Context, rec *raftfsm.DatabaseRecord)
 			return ctx.Err()
 		}
 	}
+}
+
+// rerouteWait is the pause before the attempt-th retry of a refused
+// request: 1 ms doubling to 100 ms.
+func rerouteWait(attempt int) time.Duration {
+	return min(time.Millisecond<<min(attempt, 7), 100*time.Millisecond)
 }
 
 // wrapFirst keeps the first error's type (for the status) with every

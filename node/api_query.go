@@ -66,7 +66,7 @@ func (n *Node) handleQuery(w http.ResponseWriter, r *http.Request) {
 		}
 		// A shard purged a bucket that this router's record still gives
 		// it: run the whole query again on the newer record.
-		if err = n.waitNewerRecord(r.Context(), t.rec); err != nil {
+		if err = n.waitNewerRecord(r.Context(), t.rec, rerouteWait(attempt)); err != nil {
 			break
 		}
 		if rec := n.recordOf(t.rec.DatabaseName); rec != nil {
