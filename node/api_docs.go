@@ -170,22 +170,40 @@ func renderDoc(dst []byte, d *storage.Document, b uint32, shard int) []byte {
 	return document.Render(dst, d.Body, document.Metadata{ID: d.ID, Collection: d.Collection, ChangeVector: d.ChangeVector, LastModified: d.LastModified, Bucket: b, Shard: shard})
 }
 
-func (n *Node) handlePutDoc(w http.ResponseWriter, r *http.Request) {
+// docWrite is what a single-document PUT or DELETE names, checked.
+type docWrite struct {
+	t  target
+	id string
+	im string
+	wc writeConcern
+}
+
+// parseDocWrite checks the parts a single-document PUT and DELETE share:
+// the database (not a shard replica), the id, If-Match and the write
+// concern.
+func (n *Node) parseDocWrite(r *http.Request) (docWrite, error) {
 	t, err := n.resolve(r.PathValue("db"))
 	if err != nil {
-		writeError(w, err)
-		return
+		return docWrite{}, err
 	}
 	if t.shard >= 0 {
-		writeError(w, badRequest("write through the database %q, not one shard replica", t.rec.DatabaseName))
-		return
+		return docWrite{}, badRequest("write through the database %q, not one shard replica", t.rec.DatabaseName)
 	}
-	id := r.URL.Query().Get("id")
-	if err := validateID(id); err != nil {
-		writeError(w, err)
-		return
+	dw := docWrite{t: t, id: r.URL.Query().Get("id")}
+	if err := validateID(dw.id); err != nil {
+		return docWrite{}, err
 	}
-	im, err := ifMatch(r)
+	if dw.im, err = ifMatch(r); err != nil {
+		return docWrite{}, err
+	}
+	if dw.wc, err = n.waitForParam(r, t); err != nil {
+		return docWrite{}, err
+	}
+	return dw, nil
+}
+
+func (n *Node) handlePutDoc(w http.ResponseWriter, r *http.Request) {
+	dw, err := n.parseDocWrite(r)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -197,48 +215,24 @@ func (n *Node) handlePutDoc(w http.ResponseWriter, r *http.Request) {
 	}
 	p, err := document.Parse(raw)
 	if err != nil {
-		writeError(w, badRequest("document %q: %v", id, err))
+		writeError(w, badRequest("document %q: %v", dw.id, err))
 		return
 	}
-	wc, err := n.waitForParam(r, t)
+	res, err := n.writeOps(r.Context(), dw.t, []storage.Op{{Kind: storage.OpPut, ID: dw.id, Collection: p.Collection, Body: p.Body, IfMatch: dw.im}}, dw.wc)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	res, err := n.writeOps(r.Context(), t, []storage.Op{{Kind: storage.OpPut, ID: id, Collection: p.Collection, Body: p.Body, IfMatch: im}}, wc)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	writeJSON(w, http.StatusCreated, map[string]string{"Id": id, "ChangeVector": res[0].ChangeVector})
+	writeJSON(w, http.StatusCreated, map[string]string{"Id": dw.id, "ChangeVector": res[0].ChangeVector})
 }
 
 func (n *Node) handleDeleteDoc(w http.ResponseWriter, r *http.Request) {
-	t, err := n.resolve(r.PathValue("db"))
+	dw, err := n.parseDocWrite(r)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	if t.shard >= 0 {
-		writeError(w, badRequest("write through the database %q, not one shard replica", t.rec.DatabaseName))
-		return
-	}
-	id := r.URL.Query().Get("id")
-	if err := validateID(id); err != nil {
-		writeError(w, err)
-		return
-	}
-	im, err := ifMatch(r)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	wc, err := n.waitForParam(r, t)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	if _, err := n.writeOps(r.Context(), t, []storage.Op{{Kind: storage.OpDelete, ID: id, IfMatch: im}}, wc); err != nil {
+	if _, err := n.writeOps(r.Context(), dw.t, []storage.Op{{Kind: storage.OpDelete, ID: dw.id, IfMatch: dw.im}}, dw.wc); err != nil {
 		writeError(w, err)
 		return
 	}

@@ -253,6 +253,26 @@ func toWire(d *storage.Document) *wireDoc {
 	return &wireDoc{d.ID, d.Collection, d.ChangeVector, d.LastModified, d.Etag, d.Bucket, d.Flags, d.Body}
 }
 
+// wireDocs converts a replica's answer for the bus.
+func wireDocs(docs []*storage.Document, err error) (any, error) {
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*wireDoc, len(docs))
+	for i, d := range docs {
+		out[i] = toWire(d)
+	}
+	return out, nil
+}
+
+func fromWireDocs(docs []*wireDoc) []*storage.Document {
+	out := make([]*storage.Document, len(docs))
+	for i, d := range docs {
+		out[i] = fromWire(d)
+	}
+	return out
+}
+
 func fromWire(w *wireDoc) *storage.Document {
 	if w == nil {
 		return nil
@@ -276,11 +296,7 @@ func (r *remoteReplica) get(ctx context.Context, ids []string, recordEtag uint64
 	if err := r.n.call(ctx, r.tag, "shard.get", shardRequest{DB: r.db, Shard: r.shard, IDs: ids, RecordEtag: recordEtag}, &docs); err != nil {
 		return nil, err
 	}
-	out := make([]*storage.Document, len(docs))
-	for i, d := range docs {
-		out[i] = fromWire(d)
-	}
-	return out, nil
+	return fromWireDocs(docs), nil
 }
 
 func (r *remoteReplica) write(ctx context.Context, ops []storage.Op, wc writeConcern) ([]storage.Result, error) {
@@ -298,11 +314,7 @@ func (r *remoteReplica) query(ctx context.Context, a queryArgs) ([]*storage.Docu
 	if err := r.n.call(ctx, r.tag, "shard.query", shardRequest{DB: r.db, Shard: r.shard, Query: &a}, &docs); err != nil {
 		return nil, err
 	}
-	out := make([]*storage.Document, len(docs))
-	for i, d := range docs {
-		out[i] = fromWire(d)
-	}
-	return out, nil
+	return fromWireDocs(docs), nil
 }
 
 func (r *remoteReplica) stats(ctx context.Context) (replicaStats, error) {
@@ -345,15 +357,7 @@ func (n *Node) registerShardRPC() {
 		if err != nil {
 			return nil, err
 		}
-		docs, err := l.get(ctx, req.IDs, req.RecordEtag)
-		if err != nil {
-			return nil, err
-		}
-		out := make([]*wireDoc, len(docs))
-		for i, d := range docs {
-			out[i] = toWire(d)
-		}
-		return out, nil
+		return wireDocs(l.get(ctx, req.IDs, req.RecordEtag))
 	}
 	n.rpcHandlers["shard.write"] = func(ctx context.Context, data []byte) (any, error) {
 		l, req, err := local(data)
@@ -377,15 +381,7 @@ func (n *Node) registerShardRPC() {
 		if req.Query == nil {
 			return nil, badRequest("shard.query without a query")
 		}
-		docs, err := l.query(ctx, *req.Query)
-		if err != nil {
-			return nil, err
-		}
-		out := make([]*wireDoc, len(docs))
-		for i, d := range docs {
-			out[i] = toWire(d)
-		}
-		return out, nil
+		return wireDocs(l.query(ctx, *req.Query))
 	}
 	n.rpcHandlers["shard.stats"] = func(ctx context.Context, data []byte) (any, error) {
 		l, _, err := local(data)
