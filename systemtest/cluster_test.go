@@ -177,12 +177,12 @@ func TestPartitionedWritesConverge(t *testing.T) {
 	testcluster.Must(t, 201, "PUT", C.URL()+"/databases/db/docs?id=x", `{"v":"on A"}`)
 	A.Stop()
 	B.Start()
-	testcluster.WaitFor(t, 30*time.Second, "the write to reach B", func() error {
+	testcluster.WaitFor(t, 60*time.Second, "the write to reach B", func() error {
 		_, err := testcluster.Expect(201, "PUT", C.URL()+"/databases/db/docs?id=x", `{"v":"on B"}`)
 		return err
 	})
 	A.Start()
-	testcluster.WaitFor(t, 30*time.Second, "the replicas to converge", func() error { return converged(t, c, "db") })
+	testcluster.WaitFor(t, 60*time.Second, "the replicas to converge", func() error { return converged(t, c, "db") })
 	for _, m := range []*testcluster.Member{A, B} {
 		d := testcluster.Must(t, 200, "GET", m.URL()+"/databases/db$0/docs?id=x", "").JSON(t)
 		if v := d["Results"].([]any)[0].(map[string]any)["v"]; v != "on B" {
