@@ -394,111 +394,125 @@ func (g *round) applyReplicated(parent *round, op Op) (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("replicated %q: %w", op.ID, err)
 	}
-	b := bucket.ForID(op.ID)
-	key := itemKey(b, op.ID)
-	cur, err := g.lookup(parent, key, b)
+	cur, incoming, res, err := g.prepareIncoming(parent, op, in.String(), op.Flags&^FlagArtificial)
 	if err != nil {
 		return Result{}, err
 	}
-	res := Result{Kind: op.Kind, ID: op.ID, Bucket: b}
-	incoming := &Document{ID: op.ID, Collection: op.Collection, ChangeVector: in.String(), LastModified: op.LastModified.UTC(), Bucket: b, Flags: op.Flags &^ FlagArtificial, Body: op.Body}
-	if incoming.Deleted() {
-		incoming.Body = nil
-	}
-	doc, version := incoming, in.Version
-	if cur.doc != nil {
-		local, err := changevector.Parse(cur.doc.ChangeVector)
+	against := cur.doc
+	if against != nil && against.artificial() {
+		// An artificial tombstone blocks only the very item it purged (a
+		// sibling replica sending it late); an item that moved back here
+		// carries a new order and applies.
+		local, err := changevector.Parse(against.ChangeVector)
 		if err != nil {
 			return Result{}, fmt.Errorf("stored change vector of %q: %w", op.ID, err)
 		}
-		if cur.doc.artificial() {
-			// An artificial tombstone blocks only the very item it purged
-			// (a sibling replica sending it late); an item that moved back
-			// here carries a new order and applies.
-			if local.Version.Covers(in.Version) && local.Order.Covers(in.Order) {
-				res.Skipped, res.ChangeVector = true, cur.doc.ChangeVector
-				return res, nil
-			}
-			goto apply
-		}
-		switch changevector.Compare(in.Version, local.Version) {
-		case changevector.Equal, changevector.Older:
-			res.Skipped, res.ChangeVector = true, cur.doc.ChangeVector
+		if local.Version.Covers(in.Version) && local.Order.Covers(in.Order) {
+			res.Skipped, res.ChangeVector = true, against.ChangeVector
 			return res, nil
-		case changevector.Conflict:
-			// Both sides pick the same winner and store the merge of both
-			// vectors, which each side then sees as newer than its own: the
-			// replicas converge.
-			merged := local.Merge(in)
-			winner, loser := incoming, cur.doc
-			if wins(cur.doc, incoming) {
-				winner, loser = cur.doc, incoming
-			}
-			cp := *winner
-			cp.ChangeVector = merged.String()
-			doc, version = &cp, merged.Version
-			res.Conflict = true
-			g.conflict = append(g.conflict, conflictEntry{loser: loser, winnerCV: cp.ChangeVector})
 		}
+		against = nil
 	}
-apply:
-	g.etag++
-	doc.Etag = g.etag
-	if err := g.store(parent, key, cur, doc, version); err != nil {
-		return Result{}, err
+	d, err := g.decide(against, incoming, in)
+	if err != nil || d.skip {
+		res.Skipped, res.ChangeVector = d.skip, d.held
+		return res, err
 	}
-	res.Collection, res.ChangeVector, res.LastModified, res.Etag, res.Deleted = doc.Collection, doc.ChangeVector, doc.LastModified, doc.Etag, doc.Deleted()
-	return res, nil
+	d.doc.ChangeVector = d.cv.String()
+	return g.storeIncoming(parent, cur, d, res)
 }
 
-// applyMigrated stores an item sent by a bucket migration.
+// applyMigrated stores an item sent by a bucket migration: it keeps its
+// version and gets a fresh local order entry plus the MOVE marker.
 func (g *round) applyMigrated(parent *round, op Op) (Result, error) {
 	in, err := changevector.Parse(op.ChangeVector)
 	if err != nil {
 		return Result{}, fmt.Errorf("migrated %q: %w", op.ID, err)
 	}
-	b := bucket.ForID(op.ID)
-	key := itemKey(b, op.ID)
-	cur, err := g.lookup(parent, key, b)
+	cur, incoming, res, err := g.prepareIncoming(parent, op, op.ChangeVector, (op.Flags&^FlagArtificial)|FlagFromResharding)
 	if err != nil {
 		return Result{}, err
 	}
-	res := Result{Kind: op.Kind, ID: op.ID, Bucket: b}
-	incoming := &Document{ID: op.ID, Collection: op.Collection, LastModified: op.LastModified.UTC(), Bucket: b,
-		Flags: (op.Flags &^ FlagArtificial) | FlagFromResharding, Body: op.Body}
+	// A local artificial tombstone is what an earlier move left behind: it
+	// never counts as holding the item.
+	against := cur.doc
+	if against != nil && against.artificial() {
+		against = nil
+	}
+	d, err := g.decide(against, incoming, in)
+	if err != nil || d.skip {
+		res.Skipped, res.ChangeVector = d.skip, d.held
+		return res, err
+	}
+	d.doc.Flags |= FlagFromResharding
+	order := changevector.Vector(nil).With(g.s.tag, g.etag+1, g.s.dbid).With(changevector.MoveTag, op.MigrationIndex, op.DatabaseID)
+	d.doc.ChangeVector = changevector.Composite(order, d.cv.Version).String()
+	return g.storeIncoming(parent, cur, d, res)
+}
+
+// prepareIncoming looks up the current item for a replicated or migrated
+// op and builds the incoming document.
+func (g *round) prepareIncoming(parent *round, op Op, cv string, flags Flags) (*pendingItem, *Document, Result, error) {
+	b := bucket.ForID(op.ID)
+	cur, err := g.lookup(parent, itemKey(b, op.ID), b)
+	if err != nil {
+		return nil, nil, Result{}, err
+	}
+	incoming := &Document{ID: op.ID, Collection: op.Collection, ChangeVector: cv, LastModified: op.LastModified.UTC(), Bucket: b, Flags: flags, Body: op.Body}
 	if incoming.Deleted() {
 		incoming.Body = nil
 	}
-	version := in.Version
-	// A local artificial tombstone is what an earlier move left behind: it
-	// never counts as holding the item.
-	if cur.doc != nil && !cur.doc.artificial() {
-		local, err := changevector.Parse(cur.doc.ChangeVector)
-		if err != nil {
-			return Result{}, fmt.Errorf("stored change vector of %q: %w", op.ID, err)
-		}
-		switch changevector.Compare(in.Version, local.Version) {
-		case changevector.Equal, changevector.Older:
-			res.Skipped, res.ChangeVector = true, cur.doc.ChangeVector
-			return res, nil
-		case changevector.Conflict:
-			version = changevector.Merge(local.Version, in.Version)
-			if wins(cur.doc, &Document{LastModified: incoming.LastModified, ChangeVector: op.ChangeVector}) {
-				cp := *cur.doc
-				cp.Flags |= FlagFromResharding
-				incoming = &cp
-			}
-			res.Conflict = true
-		}
+	return cur, incoming, Result{Kind: op.Kind, ID: op.ID, Bucket: b}, nil
+}
+
+// decision is what decide chose.
+type decision struct {
+	skip  bool                      // the current item holds this version or newer
+	held  string                    // the current change vector, when skipped
+	doc   *Document                 // what to store otherwise
+	cv    changevector.ChangeVector // its change vector's history
+	loser *Document                 // set when concurrent versions conflicted
+}
+
+// decide compares an incoming version with the current item (nil: none):
+// newer applies, equal or older is skipped, and concurrent versions keep
+// the winner (the later modification, ties by change vector text) under
+// the merge of both vectors, so every replica converges to the same item.
+func (g *round) decide(cur, incoming *Document, in changevector.ChangeVector) (decision, error) {
+	if cur == nil {
+		return decision{doc: incoming, cv: in}, nil
 	}
+	local, err := changevector.Parse(cur.ChangeVector)
+	if err != nil {
+		return decision{}, fmt.Errorf("stored change vector of %q: %w", cur.ID, err)
+	}
+	switch changevector.Compare(in.Version, local.Version) {
+	case changevector.Equal, changevector.Older:
+		return decision{skip: true, held: cur.ChangeVector}, nil
+	case changevector.Conflict:
+		winner, loser := incoming, cur
+		if wins(cur, incoming) {
+			winner, loser = cur, incoming
+		}
+		cp := *winner
+		return decision{doc: &cp, cv: local.Merge(in), loser: loser}, nil
+	}
+	return decision{doc: incoming, cv: in}, nil
+}
+
+// storeIncoming stores a decided item with the next etag and records a
+// conflict's loser.
+func (g *round) storeIncoming(parent *round, cur *pendingItem, d decision, res Result) (Result, error) {
 	g.etag++
-	order := changevector.Vector(nil).With(g.s.tag, g.etag, g.s.dbid).With(changevector.MoveTag, op.MigrationIndex, op.DatabaseID)
-	incoming.ChangeVector = changevector.Composite(order, version).String()
-	incoming.Etag = g.etag
-	if err := g.store(parent, key, cur, incoming, version); err != nil {
+	d.doc.Etag = g.etag
+	if err := g.store(parent, cur.key, cur, d.doc, d.cv.Version); err != nil {
 		return Result{}, err
 	}
-	res.Collection, res.ChangeVector, res.LastModified, res.Etag, res.Deleted = incoming.Collection, incoming.ChangeVector, incoming.LastModified, incoming.Etag, incoming.Deleted()
+	if d.loser != nil {
+		res.Conflict = true
+		g.conflict = append(g.conflict, conflictEntry{loser: d.loser, winnerCV: d.doc.ChangeVector})
+	}
+	res.Collection, res.ChangeVector, res.LastModified, res.Etag, res.Deleted = d.doc.Collection, d.doc.ChangeVector, d.doc.LastModified, d.doc.Etag, d.doc.Deleted()
 	return res, nil
 }
 
