@@ -375,6 +375,29 @@ func spanOf(buckets []uint32) (uint32, uint32) { return buckets[0], buckets[len(
 
 // smallDoc appends small document i of tenant (a ~1 KiB YCSB record) to
 // buf and returns its anchored id.
+// smallBucketsEnv starts a cluster and loads n buckets of shard 0 (tenants
+// named prefix+i) with reshardDocsPerBkt small documents each.
+func (r *run) smallBucketsEnv(ctx context.Context, w string, clients int, prefix string, n int) (*reshardEnv, []string, []uint32, time.Duration, error) {
+	e, err := r.newReshardEnv(ctx, w, clients)
+	if err != nil {
+		return nil, nil, nil, 0, err
+	}
+	tenants, buckets, err := e.pickTenants(ctx, prefix, n, 0)
+	if err != nil {
+		e.close()
+		return nil, nil, nil, 0, err
+	}
+	seed := r.nextSeed()
+	loadTime, err := e.load(ctx, n*reshardDocsPerBkt, 1000, r.o.Senders, func(i int, buf []byte) (string, []byte) {
+		return smallDoc(seed, tenants, i, buf)
+	})
+	if err != nil {
+		e.close()
+		return nil, nil, nil, 0, fmt.Errorf("load: %w", err)
+	}
+	return e, tenants, buckets, loadTime, nil
+}
+
 func smallDoc(seed uint64, tenants []string, i int, buf []byte) (string, []byte) {
 	t := tenants[i/reshardDocsPerBkt]
 	id := "d" + strconv.Itoa(i%reshardDocsPerBkt) + "$" + t
@@ -399,22 +422,11 @@ func (r *run) reshardSmall(ctx context.Context) Row {
 		return makeRow(w, sysShardnode, "buckets/s", nil, err, "")
 	}
 	n := int(r.o.ReshardBuckets)
-	e, err := r.newReshardEnv(ctx, w, 16)
+	e, _, buckets, loadTime, err := r.smallBucketsEnv(ctx, w, 16, "t/", n)
 	if err != nil {
 		return fail(err)
 	}
 	defer e.close()
-	tenants, buckets, err := e.pickTenants(ctx, "t/", n, 0)
-	if err != nil {
-		return fail(err)
-	}
-	seed := r.nextSeed()
-	loadTime, err := e.load(ctx, n*reshardDocsPerBkt, 1000, r.o.Senders, func(i int, buf []byte) (string, []byte) {
-		return smallDoc(seed, tenants, i, buf)
-	})
-	if err != nil {
-		return fail(fmt.Errorf("load: %w", err))
-	}
 	r.logf("%-12s loaded %d buckets × %d docs in %.1fs", w, n, reshardDocsPerBkt, loadTime.Seconds())
 	es, err := e.events(ctx, nil)
 	if err != nil {
@@ -602,22 +614,12 @@ func (r *run) reshardForeground(ctx context.Context) []Row {
 	n := int(r.o.ReshardForegroundBuckets)
 	clients := r.o.ReshardClients
 	movers := max(1, clients/4)
-	e, err := r.newReshardEnv(ctx, w, clients+8)
+	e, tenants, buckets, loadTime, err := r.smallBucketsEnv(ctx, w, clients+8, "f/", n)
 	if err != nil {
 		return fail(err)
 	}
 	defer e.close()
-	tenants, buckets, err := e.pickTenants(ctx, "f/", n, 0)
-	if err != nil {
-		return fail(err)
-	}
-	seed := r.nextSeed()
-	loadTime, err := e.load(ctx, n*reshardDocsPerBkt, 1000, r.o.Senders, func(i int, buf []byte) (string, []byte) {
-		return smallDoc(seed, tenants, i, buf)
-	})
-	if err != nil {
-		return fail(fmt.Errorf("load: %w", err))
-	}
+	seed := r.nextSeed() // the foreground writers' payloads
 	from, to := spanOf(buckets)
 	tenantOf := map[uint32]string{}
 	for i, b := range buckets {
