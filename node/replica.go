@@ -59,10 +59,6 @@ type bucketInfo struct {
 	IDs   []string            `json:"Ids"`
 }
 
-// errReplicationTimeout marks a write that is durable on its replica but
-// did not reach the asked number of replicas in time.
-var errReplicationTimeout = errors.New("replication timeout")
-
 // localReplica serves a replica held by this node.
 type localReplica struct {
 	n     *Node
@@ -231,7 +227,6 @@ type shardRequest struct {
 	To          uint32        `json:"To,omitempty"`
 	Limit       int           `json:"Limit,omitempty"`
 	RecordEtag  uint64        `json:"RecordEtag,omitempty"` // the router's record (reads refuse stale views)
-	Timeout     time.Duration `json:"-"`
 }
 
 // wireDoc is a document on the bus: its body stays raw JSON.

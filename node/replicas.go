@@ -131,14 +131,6 @@ func (rs *replicaSet) peersOf(members []string) []string {
 	return out
 }
 
-// get returns the local replica of db's shard.
-func (rs *replicaSet) get(db string, shard int) (*storage.Store, bool) {
-	rs.mu.RLock()
-	defer rs.mu.RUnlock()
-	s, ok := rs.stores[replicaKey{db, shard}]
-	return s, ok
-}
-
 func (rs *replicaSet) shardDir(db string, shard int) string {
 	return filepath.Join(rs.dir, db, "shard-"+strconv.Itoa(shard))
 }

@@ -90,7 +90,17 @@ func killDuringMigration(t *testing.T, c *testcluster.Cluster, k int, status, ro
 	})
 	t.Logf("killing %s (%s) with bucket %d %s", c.Members[victim].Tag, role, b, status)
 	c.Members[victim].Kill()
-	time.Sleep(300 * time.Millisecond) // let the others notice: raft and heartbeats
+	// Restart only once the others noticed, so the move really runs on
+	// without the victim for a while.
+	testcluster.WaitFor(t, 10*time.Second, c.Members[victim].Tag+" to be reported down", func() error {
+		cl := testcluster.Must(t, 200, "GET", c.URL(via)+"/cluster", "").JSON(t)
+		for _, n := range cl["Nodes"].([]any) {
+			if nm := n.(map[string]any); nm["Tag"] == c.Members[victim].Tag && nm["Status"] == "Down" {
+				return nil
+			}
+		}
+		return fmt.Errorf("cluster view %v", cl["Nodes"])
+	})
 	c.Members[victim].Start()
 	waitOperation(t, c.URL(via), "db", op, 90*time.Second)
 	close(stop)
