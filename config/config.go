@@ -54,6 +54,10 @@ type DebugConfig struct {
 	// of name=duration, e.g. "resharding/before-cleanup=30s"
 	// (debug.failpoints). Never set it in production.
 	Failpoints string `yaml:"failpoints" json:"failpoints"`
+	// Pprof serves Go's profiler under /debug/pprof/ on the HTTP API
+	// (debug.pprof), for measuring a running node. It exposes internals:
+	// enable it only where the HTTP address is trusted.
+	Pprof bool `yaml:"pprof" json:"pprof"`
 }
 
 // NodeConfig is the "node" section.
@@ -197,6 +201,7 @@ func (c *Config) fields() []field {
 		{"log.format", "log-format", &c.Log.Format, "log format: text or json"},
 		{"resharding.migrator-interval-ms", "", &c.Resharding.MigratorIntervalMs, "documents migrator sweep interval in milliseconds"},
 		{"debug.failpoints", "", &c.Debug.Failpoints, "fault-test pauses: name=duration,... (never in production)"},
+		{"debug.pprof", "pprof", &c.Debug.Pprof, "serve Go's profiler under /debug/pprof/ on the HTTP address"},
 	}
 }
 
