@@ -575,7 +575,7 @@ func TestEnvNameAndKeys(t *testing.T) {
 		t.Fatalf("EnvName = %q", got)
 	}
 	keys := Keys()
-	if len(keys) != 17 || keys[0] != "node.tag" || keys[16] != "debug.failpoints" {
+	if len(keys) != 18 || keys[0] != "node.tag" || keys[16] != "debug.failpoints" || keys[17] != "debug.pprof" {
 		t.Fatalf("Keys = %q", keys)
 	}
 }
