@@ -107,6 +107,10 @@ func (e *ConcurrencyError) Error() string {
 	return fmt.Sprintf("document %q has change vector %q, but If-Match expected %q", e.ID, e.Actual, e.Expected)
 }
 
+// statsCacheMax bounds the committer's bucket statistics cache (entries;
+// each is ~100 bytes plus its change vector).
+const statsCacheMax = 1 << 16
+
 // maxRoundOps bounds how many ops one commit round takes, so a flood of
 // writers still gets acknowledgements at a steady pace.
 const maxRoundOps = 4096
@@ -221,6 +225,7 @@ func (s *Store) commitRound(reqs []*writeReq) {
 		s.syncNanos += uint64(syncDur)
 		s.lastEtag = r.etag
 		s.counters = r.counters
+		s.cacheStats(r.stats)
 		if len(r.items) > 0 || len(r.progress) > 0 {
 			close(s.changed)
 			s.changed = make(chan struct{})
@@ -232,6 +237,24 @@ func (s *Store) commitRound(reqs []*writeReq) {
 			resps[i] = writeResp{err: fmt.Errorf("commit: %w", err)}
 		}
 		req.resp <- resps[i]
+	}
+}
+
+// cacheStats keeps a committed round's bucket statistics for the next
+// rounds, evicting arbitrary entries when the cache is full.
+func (s *Store) cacheStats(stats map[uint32]*bucketState) {
+	if len(s.statsCache)+len(stats) > s.statsCacheMax {
+		keep := s.statsCacheMax * 3 / 4
+		for b := range s.statsCache {
+			if len(s.statsCache) <= keep {
+				break
+			}
+			delete(s.statsCache, b)
+		}
+	}
+	for b, st := range stats {
+		s.statsCache[b] = st
+		s.used.add(b)
 	}
 }
 
@@ -270,6 +293,9 @@ func (g *round) lookup(parent *round, key []byte, b uint32) (*pendingItem, error
 		cp := *p
 		return &cp, nil
 	}
+	if !g.s.used.has(b) {
+		return &pendingItem{key: key}, nil // the bucket never held an item
+	}
 	v, closer, err := g.s.db.Get(key)
 	if errors.Is(err, pebble.ErrNotFound) {
 		return &pendingItem{key: key}, nil
@@ -294,7 +320,16 @@ func (g *round) bucketStats(parent *round, b uint32) (*bucketState, error) {
 		g.stats[b] = &cp
 		return &cp, nil
 	}
+	if st, ok := g.s.statsCache[b]; ok {
+		cp := *st
+		g.stats[b] = &cp
+		return &cp, nil
+	}
 	st := &bucketState{BucketStats: BucketStats{Bucket: b}}
+	if !g.s.used.has(b) {
+		g.stats[b] = st
+		return st, nil
+	}
 	v, closer, err := g.s.db.Get(bucketStatKey(b))
 	switch {
 	case errors.Is(err, pebble.ErrNotFound):
