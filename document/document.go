@@ -5,8 +5,6 @@
 package document
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -35,12 +33,14 @@ type Parsed struct {
 // Parse validates raw as a JSON object, compacts it and splits off its
 // "@metadata".
 func Parse(raw []byte) (Parsed, error) {
-	var buf bytes.Buffer
-	buf.Grow(len(raw))
-	if err := json.Compact(&buf, raw); err != nil {
+	compact, err := Validate(raw)
+	if err != nil {
 		return Parsed{}, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
-	return split(buf.Bytes())
+	if !compact {
+		raw = AppendCompact(make([]byte, 0, len(raw)), raw)
+	}
+	return split(raw)
 }
 
 // ParseValid is Parse for a document already known to be valid JSON (a
@@ -50,7 +50,7 @@ func ParseValid(raw []byte) (Parsed, error) {
 	if compact(raw) {
 		return split(raw)
 	}
-	return Parse(raw)
+	return split(AppendCompact(make([]byte, 0, len(raw)), raw))
 }
 
 // compact reports whether valid JSON raw has no whitespace outside strings.
@@ -108,20 +108,26 @@ func collectionOf(meta []byte) (string, error) {
 	if len(meta) == 0 || meta[0] != '{' {
 		return "", ErrBadMetadata
 	}
-	var m struct {
-		Collection *json.RawMessage `json:"@collection"`
-	}
-	if err := json.Unmarshal(meta, &m); err != nil || m.Collection == nil {
-		return "", nil
-	}
-	var s string
-	if err := json.Unmarshal(*m.Collection, &s); err != nil {
-		if string(*m.Collection) == "null" {
-			return "", nil
+	col := ""
+	err := Members(meta, func(k, v []byte) error {
+		if !KeyIs(k, "@collection") {
+			return nil
 		}
-		return "", ErrBadMetadata
-	}
-	return s, nil
+		switch {
+		case v[0] == '"':
+			s, err := Unquote(v)
+			if err != nil {
+				return err
+			}
+			col = s // as with encoding/json, the last duplicate wins
+		case string(v) == "null":
+			col = ""
+		default:
+			return ErrBadMetadata
+		}
+		return nil
+	})
+	return col, err
 }
 
 // skipString returns the index after the string starting at c[i] == '"'.

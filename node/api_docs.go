@@ -373,6 +373,86 @@ type bulkCommand struct {
 	ChangeVector *string         `json:"ChangeVector"`
 }
 
+// parseBulkCommands reads {"Commands": [...]} in one validating pass plus
+// one walk: each document stays a slice of raw, never decoded (bulk bodies
+// are large, and encoding/json scanned them three times).
+func parseBulkCommands(raw []byte) ([]bulkCommand, error) {
+	if _, err := document.Validate(raw); err != nil {
+		return nil, badRequest("malformed JSON body: %v", err)
+	}
+	var cmds []bulkCommand
+	err := document.Members(raw, func(k, v []byte) error {
+		if !document.KeyIs(k, "Commands") {
+			return nil
+		}
+		if string(v) == "null" {
+			cmds = nil
+			return nil
+		}
+		cmds = make([]bulkCommand, 0, 64)
+		return document.Elements(v, func(e []byte) error {
+			c, err := parseBulkCommand(len(cmds), e)
+			cmds = append(cmds, c)
+			return err
+		})
+	})
+	if errors.Is(err, document.ErrNotObject) {
+		return nil, badRequest("malformed JSON body: must be an object with \"Commands\"")
+	}
+	if err != nil {
+		var ae *apiError
+		if errors.As(err, &ae) {
+			return nil, err
+		}
+		return nil, badRequest(`malformed JSON body: "Commands": %v`, err)
+	}
+	return cmds, nil
+}
+
+// parseBulkCommand reads command i, valid JSON.
+func parseBulkCommand(i int, e []byte) (bulkCommand, error) {
+	var c bulkCommand
+	if string(e) == "null" {
+		return c, nil
+	}
+	if e[0] != '{' {
+		return c, badRequest("command %d: must be an object", i)
+	}
+	str := func(field string, v []byte, dst *string) error {
+		if v[0] != '"' {
+			return badRequest("command %d: %s must be a string", i, field)
+		}
+		s, err := document.Unquote(v)
+		if err != nil {
+			return badRequest("command %d: %s: %v", i, field, err)
+		}
+		*dst = s
+		return nil
+	}
+	err := document.Members(e, func(k, v []byte) error {
+		switch {
+		case document.KeyIs(k, "Type"):
+			return str("Type", v, &c.Type)
+		case document.KeyIs(k, "Id"):
+			return str("Id", v, &c.ID)
+		case document.KeyIs(k, "Document"):
+			c.Document = v
+		case document.KeyIs(k, "ChangeVector"):
+			if string(v) == "null" {
+				c.ChangeVector = nil
+				return nil
+			}
+			var cv string
+			if err := str("ChangeVector", v, &cv); err != nil {
+				return err
+			}
+			c.ChangeVector = &cv
+		}
+		return nil
+	})
+	return c, err
+}
+
 // maxBulkCommands bounds one bulk_docs request.
 const maxBulkCommands = 100000
 
@@ -391,22 +471,20 @@ func (n *Node) handleBulkDocs(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	var req struct {
-		Commands []bulkCommand `json:"Commands"`
-	}
-	if err := json.Unmarshal(raw, &req); err != nil {
-		writeError(w, badRequest("malformed JSON body: %v", err))
+	cmds, err := parseBulkCommands(raw)
+	if err != nil {
+		writeError(w, err)
 		return
 	}
-	if len(req.Commands) == 0 {
+	if len(cmds) == 0 {
 		writeError(w, badRequest(`"Commands" is missing or empty`))
 		return
 	}
-	if len(req.Commands) > maxBulkCommands {
-		writeError(w, badRequest("%d commands; at most %d per request", len(req.Commands), maxBulkCommands))
+	if len(cmds) > maxBulkCommands {
+		writeError(w, badRequest("%d commands; at most %d per request", len(cmds), maxBulkCommands))
 		return
 	}
-	ops, err := n.bulkOps(req.Commands)
+	ops, err := n.bulkOps(cmds)
 	if err != nil {
 		writeError(w, err)
 		return

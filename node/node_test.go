@@ -138,14 +138,20 @@ func TestBulkDocsAndQueries(t *testing.T) {
 	}
 	cmds = append(cmds, `{"Type":"PUT","Id":"orders/1","Document":{"Age":99,"@metadata":{"@collection":"Orders"}}}`)
 	cmds = append(cmds, `{"Type":"DELETE","Id":"users/0"}`)
+	// Field names match case-insensitively (as encoding/json does), escapes
+	// are decoded, whitespace is allowed and the document is stored compact.
+	cmds = append(cmds, "{ \"type\" : \"put\", \"ID\":\"caf\\u00e9/1\", \"Document\": { \"A\" : [ 1 , 2 ] }, \"ChangeVector\": null }")
 	res := c.must(201, "POST", "/databases/db/bulk_docs", `{"Commands":[`+strings.Join(cmds, ",")+`]}`).json(t)
 	results := res["Results"].([]any)
-	if len(results) != 202 {
+	if len(results) != 203 {
 		t.Fatalf("%d results", len(results))
 	}
 	first := results[0].(map[string]any)
 	if first["Type"] != "PUT" || first["@id"] != "users/0" || first["@collection"] != "Users" || first["@change-vector"] == "" || first["@last-modified"] == "" {
 		t.Fatalf("put result %v", first)
+	}
+	if got := c.must(200, "GET", "/databases/db/docs?id=caf%C3%A9/1", "").json(t)["Results"].([]any)[0].(map[string]any); fmt.Sprint(got["A"]) != "[1 2]" {
+		t.Fatalf("escaped, spaced command stored %v", got)
 	}
 	last := results[201].(map[string]any)
 	if last["Type"] != "DELETE" || last["Id"] != "users/0" || last["Deleted"] != true {
@@ -197,11 +203,11 @@ func TestBulkDocsAndQueries(t *testing.T) {
 			t.Fatalf("shard %d: a query of its replica counts %v documents, its stats %v", s, part["TotalResults"], st["DocumentsCount"])
 		}
 	}
-	if sum != 200 {
-		t.Fatalf("shard stats sum to %v documents, want 200", sum)
+	if sum != 201 {
+		t.Fatalf("shard stats sum to %v documents, want 201", sum)
 	}
 	whole := c.must(200, "GET", "/databases/db/stats", "").json(t)
-	if whole["DocumentsCount"] != float64(200) || whole["TombstonesCount"] != float64(1) {
+	if whole["DocumentsCount"] != float64(201) || whole["TombstonesCount"] != float64(1) {
 		t.Fatalf("stats %v", whole)
 	}
 }
@@ -283,6 +289,12 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"POST", "/databases/db/bulk_docs", `{"Commands":[{"Type":"PUT","Id":"ok","Document":{},"ChangeVector":"zz"}]}`, 400, nil},
 		{"POST", "/databases/db/bulk_docs", `{"Commands":[]}`, 400, nil},
 		{"POST", "/databases/db/bulk_docs", `{"Commands":`, 400, nil},
+		{"POST", "/databases/db/bulk_docs", `[{"Type":"PUT","Id":"ok","Document":{}}]`, 400, nil},
+		{"POST", "/databases/db/bulk_docs", `{"Commands":{"Type":"PUT"}}`, 400, nil},
+		{"POST", "/databases/db/bulk_docs", `{"Commands":[{"Type":"PUT","Id":7,"Document":{}}]}`, 400, nil},
+		{"POST", "/databases/db/bulk_docs", `{"Commands":[{"Type":"PUT","Id":"ok","Document":{}},"x"]}`, 400, nil},
+		{"POST", "/databases/db/bulk_docs", `{"Commands":[{"Type":"PUT","Id":"ok","Document":{"a":01}}]}`, 400, nil},
+		{"POST", "/databases/db/bulk_docs", `{"Commands":[{"Type":"PUT","Id":"ok","Document":{}}]} x`, 400, nil},
 		{"POST", "/databases/db/queries", `{"Query":"select *"}`, 400, nil},
 		{"GET", "/databases/db/buckets?from=5&to=1", ``, 400, nil},
 		{"GET", "/databases/db/buckets?to=1048576", ``, 400, nil},
