@@ -354,3 +354,30 @@ func TestWritesSeeStoredItemsAfterReopenAndEviction(t *testing.T) {
 		t.Fatalf("fresh bucket stats %+v", st)
 	}
 }
+
+// TestChangesStopAtDurableEtag: an item Pebble already shows but whose
+// commit has not returned from its sync is not in the changes feed.
+func TestChangesStopAtDurableEtag(t *testing.T) {
+	s := openTest(t, t.TempDir())
+	ctx := context.Background()
+	if _, err := s.Write(ctx, []Op{put("a", `{}`), put("b", `{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	// What a batch looks like between its apply and its sync: readable in
+	// Pebble, beyond the store's durable etag.
+	b := bucket.ForID("c")
+	doc := &Document{ID: "c", Collection: "Users", ChangeVector: "A:3-" + s.DatabaseID(), Etag: 3, Bucket: b, Body: []byte(`{}`)}
+	if err := s.db.Set(itemKey(b, "c"), doc.encode(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.db.Set(etagKey(3), itemKey(b, "c")[1:], nil); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Changes(0, 10)
+	if err != nil || len(got) != 2 || got[1].Etag != 2 {
+		t.Fatalf("changes %v %v, want etags 1 and 2 only", got, err)
+	}
+	if got, err := s.Changes(2, 10); err != nil || len(got) != 0 {
+		t.Fatalf("changes after the durable etag: %v %v", got, err)
+	}
+}
