@@ -2,13 +2,19 @@ package storage
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/shardnode/shardnode/bucket"
 )
 
 // BenchmarkConcurrentDurableWrites measures single-document durable writes
@@ -70,4 +76,101 @@ func processCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkBulkWrites measures the storage part of bulk_docs: 4 writers
+// each writing groups of 1000 new 1 KiB documents into 3 stores, beside
+// raw Pebble batches of the same keys and values with the same options
+// (the bench command's baseline).
+func BenchmarkBulkWrites(b *testing.B) {
+	const writers, group = 4, 1000
+	body := []byte(`{"f":"` + strings.Repeat("x", 1000) + `"}`)
+	run := func(b *testing.B, write func(w, g int) error) {
+		var wg sync.WaitGroup
+		start, cpu0 := time.Now(), processCPU()
+		groups := b.N/group + 1
+		for w := 0; w < writers; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for g := w; g < groups; g += writers {
+					if err := write(w, g); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		el, cpu := time.Since(start), processCPU()-cpu0
+		docs := float64(groups * group)
+		b.ReportMetric(docs/el.Seconds(), "docs/s")
+		b.ReportMetric(float64(cpu.Microseconds())/docs, "cpu-us/doc")
+	}
+	b.Run("store", func(b *testing.B) {
+		var stores []*Store
+		for i := 0; i < 3; i++ {
+			s, err := Open(Options{Dir: b.TempDir(), NodeTag: "A"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			stores = append(stores, s)
+		}
+		run(b, func(w, g int) error {
+			per := make([][]Op, 3)
+			for i := 0; i < group; i++ {
+				id := fmt.Sprintf("bulk/%d/%d", g, i)
+				k := int(bucket.ForID(id)) % 3
+				per[k] = append(per[k], Op{Kind: OpPut, ID: id, Collection: "Users", Body: body})
+			}
+			var wg sync.WaitGroup
+			errs := make([]error, 3)
+			for k := range per {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					_, errs[k] = stores[k].Write(context.Background(), per[k])
+				}()
+			}
+			wg.Wait()
+			return errors.Join(errs...)
+		})
+	})
+	b.Run("pebble", func(b *testing.B) {
+		var dbs []*pebble.DB
+		for i := 0; i < 3; i++ {
+			db, err := pebble.Open(b.TempDir(), pebbleOptions(Options{}, slog.New(slog.DiscardHandler)))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer db.Close()
+			dbs = append(dbs, db)
+		}
+		run(b, func(w, g int) error {
+			per := make([]*pebble.Batch, 3)
+			for k := range per {
+				per[k] = dbs[k].NewBatch()
+				defer per[k].Close()
+			}
+			for i := 0; i < group; i++ {
+				id := fmt.Sprintf("bulk/%d/%d", g, i)
+				bk := bucket.ForID(id)
+				if err := per[int(bk)%3].Set(itemKey(bk, id), body, nil); err != nil {
+					return err
+				}
+			}
+			var wg sync.WaitGroup
+			errs := make([]error, 3)
+			for k := range per {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					errs[k] = per[k].Commit(pebble.Sync)
+				}()
+			}
+			wg.Wait()
+			return errors.Join(errs...)
+		})
+	})
 }

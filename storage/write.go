@@ -1,10 +1,13 @@
 package storage
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -658,19 +661,23 @@ func nextChangeVector(prev changevector.ChangeVector, tag string, etag uint64, d
 	return changevector.Composite(prev.Order.With(tag, etag, dbid), version)
 }
 
-// commit writes the round's final state in one synced batch.
+// commit writes the round's final state in one synced batch. The batch
+// holds its keys in ascending order within each key space: Pebble inserts a
+// batch into the memtable in batch order and reuses the previous position
+// for a key that follows it, while random order costs a full skiplist
+// search (cache misses all the way down) for every key.
 func (r *round) commit() error {
 	if len(r.items) == 0 && len(r.progress) == 0 {
 		return nil
 	}
 	b := r.s.db.NewBatch()
 	defer closeQuietly(b)
+	items := make([]*pendingItem, 0, len(r.items))
 	for _, p := range r.items {
-		if p.committed != 0 {
-			if err := b.Delete(etagKey(p.committed), nil); err != nil {
-				return err
-			}
-		}
+		items = append(items, p)
+	}
+	slices.SortFunc(items, func(a, b *pendingItem) int { return bytes.Compare(a.key, b.key) })
+	for _, p := range items {
 		if p.doc == nil {
 			if err := b.Delete(p.key, nil); err != nil {
 				return err
@@ -680,11 +687,36 @@ func (r *round) commit() error {
 		if err := b.Set(p.key, p.val, nil); err != nil {
 			return err
 		}
-		if err := b.Set(etagKey(p.doc.Etag), p.key[1:], nil); err != nil {
+	}
+	// The feed: entries replaced by this round go, the new ones (etags
+	// above every committed one) are added in etag order.
+	var old []uint64
+	for _, p := range items {
+		if p.committed != 0 {
+			old = append(old, p.committed)
+		}
+	}
+	slices.Sort(old)
+	for _, e := range old {
+		if err := b.Delete(etagKey(e), nil); err != nil {
 			return err
 		}
 	}
-	for bk, st := range r.stats {
+	slices.SortFunc(items, func(a, b *pendingItem) int { return cmp.Compare(etagOf(a), etagOf(b)) })
+	for _, p := range items {
+		if p.doc != nil {
+			if err := b.Set(etagKey(p.doc.Etag), p.key[1:], nil); err != nil {
+				return err
+			}
+		}
+	}
+	buckets := make([]uint32, 0, len(r.stats))
+	for bk := range r.stats {
+		buckets = append(buckets, bk)
+	}
+	slices.Sort(buckets)
+	for _, bk := range buckets {
+		st := r.stats[bk]
 		st.ChangeVector = st.cv.String()
 		if err := b.Set(bucketStatKey(bk), st.encode(), nil); err != nil {
 			return err
@@ -704,4 +736,11 @@ func (r *round) commit() error {
 		return err
 	}
 	return b.Commit(pebble.Sync)
+}
+
+func etagOf(p *pendingItem) uint64 {
+	if p.doc == nil {
+		return 0
+	}
+	return p.doc.Etag
 }
