@@ -128,6 +128,35 @@ func (n *Node) fetchDocsOnce(ctx context.Context, t target, ids []string) ([]*st
 		_, shards[i] = shardFor(t, id)
 		byShard[shards[i]] = append(byShard[shards[i]], i)
 	}
+	read := func(shard int, idx []int) error {
+		want := make([]string, len(idx))
+		for k, i := range idx {
+			want[k] = ids[i]
+		}
+		return n.onShard(ctx, t, shard, true, func(ctx context.Context, rep shardReplica) error {
+			got, err := rep.get(ctx, want, t.rec.Etag)
+			if err != nil {
+				return err
+			}
+			if len(got) != len(want) {
+				return fmt.Errorf("shard %d answered %d documents for %d ids", shard, len(got), len(want))
+			}
+			for k, i := range idx {
+				docs[i] = got[k]
+			}
+			return nil
+		})
+	}
+	if len(byShard) == 1 {
+		// One shard (every point GET): no goroutine, whose stack would
+		// grow anew through Pebble's read path on every request.
+		for shard, idx := range byShard {
+			if err := read(shard, idx); err != nil {
+				return nil, nil, err
+			}
+		}
+		return docs, shards, nil
+	}
 	var mu sync.Mutex
 	var errs []error
 	var wg sync.WaitGroup
@@ -135,24 +164,7 @@ func (n *Node) fetchDocsOnce(ctx context.Context, t target, ids []string) ([]*st
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			want := make([]string, len(idx))
-			for k, i := range idx {
-				want[k] = ids[i]
-			}
-			err := n.onShard(ctx, t, shard, true, func(ctx context.Context, rep shardReplica) error {
-				got, err := rep.get(ctx, want, t.rec.Etag)
-				if err != nil {
-					return err
-				}
-				if len(got) != len(want) {
-					return fmt.Errorf("shard %d answered %d documents for %d ids", shard, len(got), len(want))
-				}
-				for k, i := range idx {
-					docs[i] = got[k]
-				}
-				return nil
-			})
-			if err != nil {
+			if err := read(shard, idx); err != nil {
 				mu.Lock()
 				errs = append(errs, err)
 				mu.Unlock()
