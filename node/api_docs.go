@@ -235,7 +235,10 @@ func (n *Node) handlePutDoc(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, map[string]string{"Id": dw.id, "ChangeVector": res[0].ChangeVector})
+	out := make([]byte, 0, 64+len(dw.id)+len(res[0].ChangeVector))
+	out = document.AppendString(append(out, `{"Id":`...), dw.id)
+	out = document.AppendString(append(out, `,"ChangeVector":`...), res[0].ChangeVector)
+	writeRaw(w, http.StatusCreated, append(out, '}'))
 }
 
 func (n *Node) handleDeleteDoc(w http.ResponseWriter, r *http.Request) {

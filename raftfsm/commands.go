@@ -165,12 +165,16 @@ func init() {
 	registerMigrationCommands()
 }
 
-var safeName = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}$`)
-
 // ValidateDatabaseName checks that name is a safe database name: 1–128
 // letters, digits, '_', '-' or '.', not starting with '.' or '-'.
+// Every request names its database, so this is a byte loop, not a regexp.
 func ValidateDatabaseName(name string) error {
-	if !safeName.MatchString(name) {
+	ok := len(name) >= 1 && len(name) <= 128 && name[0] != '.' && name[0] != '-'
+	for i := 0; ok && i < len(name); i++ {
+		c := name[i]
+		ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-'
+	}
+	if !ok {
 		return fmt.Errorf("%w: database name %q: use 1-128 letters, digits, '_', '-' or '.', starting with a letter, digit or '_'", ErrInvalid, name)
 	}
 	return nil
