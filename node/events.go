@@ -12,8 +12,11 @@ import (
 // handleEvents streams a database's resharding progress as server-sent
 // events: one "migration" event per bucket migration step (started, Moved,
 // OwnershipTransferred, completed) and one "operation" event per change of
-// an operation's progress. Each event's data is JSON; its id is the raft
-// index that caused it.
+// an operation's progress, from the FSM's journal of changes, so none is
+// skipped however fast the steps follow each other. Each event's data is
+// JSON; its id is the raft index that caused it. A stream that falls more
+// than the journal's length behind gets a "resync" event and the current
+// state.
 func (n *Node) handleEvents(w http.ResponseWriter, r *http.Request) {
 	t, err := n.resolve(r.PathValue("db"))
 	if err != nil {
@@ -29,6 +32,7 @@ func (n *Node) handleEvents(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
+	flusher.Flush() // a client waits for the headers before reading events
 	send := func(event string, id uint64, v any) bool {
 		b, _ := json.Marshal(v)
 		if _, err := fmt.Fprintf(w, "event: %s\nid: %d\ndata: %s\n\n", event, id, b); err != nil {
@@ -39,12 +43,13 @@ func (n *Node) handleEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	ch, stop := n.fsm.Watch()
 	defer stop()
-	prev := t.rec
-	for _, op := range prev.Sharding.Resharding {
-		if !send("operation", prev.Etag, viewOperation(prev, op)) {
+	rec := t.rec
+	for _, op := range rec.Sharding.Resharding {
+		if !send("operation", rec.Etag, viewOperation(rec, op)) {
 			return
 		}
 	}
+	last := rec.Etag // every change of this database after it is still to send
 	keepalive := time.NewTicker(15 * time.Second)
 	defer keepalive.Stop()
 	for {
@@ -59,27 +64,49 @@ func (n *Node) handleEvents(w http.ResponseWriter, r *http.Request) {
 			}
 			flusher.Flush()
 		case <-ch:
-			cur := n.recordOf(db)
-			if cur == nil {
-				send("deleted", n.fsm.AppliedIndex(), map[string]string{"Database": db})
-				return
-			}
-			if cur == prev {
-				continue
-			}
-			for _, e := range diffRecords(prev, cur) {
-				if !send(e.event, cur.Etag, e.data) {
+			changes, complete := n.fsm.Changes(db, last)
+			if !complete {
+				// This stream fell too far behind the journal: say so, and
+				// send the current state instead of the steps missed.
+				cur := n.recordOf(db)
+				if cur == nil {
+					send("deleted", n.fsm.AppliedIndex(), map[string]string{"Database": db})
 					return
 				}
+				if !send("resync", cur.Etag, map[string]string{"Database": db, "Reason": "this stream fell behind; what follows is the current state, steps in between were not sent"}) {
+					return
+				}
+				for _, m := range cur.Sharding.BucketMigrations {
+					if !send("migration", cur.Etag, newMigrationEvent(m, string(m.Status))) {
+						return
+					}
+				}
+				for _, op := range cur.Sharding.Resharding {
+					if !send("operation", cur.Etag, viewOperation(cur, op)) {
+						return
+					}
+				}
+				last = max(last, cur.Etag)
+				continue
 			}
-			prev = cur
+			for _, c := range changes {
+				var ok bool
+				switch c.Kind {
+				case raftfsm.ChangeMigration:
+					ok = send("migration", c.Index, newMigrationEvent(c.Migration, c.Step))
+				case raftfsm.ChangeOperation:
+					ok = send("operation", c.Index, viewOperationOf(c.Operation, c.Migrations))
+				case raftfsm.ChangeDeleted:
+					send("deleted", c.Index, map[string]string{"Database": db})
+					return
+				}
+				if !ok {
+					return
+				}
+				last = c.Index
+			}
 		}
 	}
-}
-
-type sseEvent struct {
-	event string
-	data  any
 }
 
 // migrationEvent is a "migration" event's data.
@@ -93,36 +120,6 @@ type migrationEvent struct {
 	Error            string `json:"Error,omitempty"`
 }
 
-// diffRecords lists the events between two versions of a record.
-func diffRecords(prev, cur *raftfsm.DatabaseRecord) []sseEvent {
-	var out []sseEvent
-	ev := func(m *raftfsm.BucketMigration, step string) {
-		out = append(out, sseEvent{"migration", migrationEvent{m.Bucket, m.MigrationIndex, m.SourceShard, m.DestinationShard, step, m.OperationID, m.LastError}})
-	}
-	for b, m := range cur.Sharding.BucketMigrations {
-		old, ok := prev.Sharding.BucketMigrations[b]
-		switch {
-		case !ok || old.MigrationIndex != m.MigrationIndex:
-			if ok {
-				ev(old, "Completed")
-			}
-			ev(m, string(m.Status))
-		case old.Status != m.Status:
-			ev(m, string(m.Status))
-		case old.Failures != m.Failures:
-			ev(m, "Error")
-		}
-	}
-	for b, old := range prev.Sharding.BucketMigrations {
-		if _, ok := cur.Sharding.BucketMigrations[b]; !ok {
-			ev(old, "Completed")
-		}
-	}
-	for id, op := range cur.Sharding.Resharding {
-		old, ok := prev.Sharding.Resharding[id]
-		if !ok || old.BucketsDone != op.BucketsDone || old.Status != op.Status || len(old.Errors) != len(op.Errors) {
-			out = append(out, sseEvent{"operation", viewOperation(cur, op)})
-		}
-	}
-	return out
+func newMigrationEvent(m *raftfsm.BucketMigration, step string) migrationEvent {
+	return migrationEvent{m.Bucket, m.MigrationIndex, m.SourceShard, m.DestinationShard, step, m.OperationID, m.LastError}
 }

@@ -199,11 +199,13 @@ func viewMigration(m *raftfsm.BucketMigration) migrationView {
 }
 
 func viewOperation(rec *raftfsm.DatabaseRecord, op *raftfsm.ReshardingOperation) operationView {
+	return viewOperationOf(op, raftfsm.OperationMigrations(rec, op.ID))
+}
+
+// viewOperationOf is the view of op whose migrations in flight are migs.
+func viewOperationOf(op *raftfsm.ReshardingOperation, migs []*raftfsm.BucketMigration) operationView {
 	v := operationView{ReshardingOperation: op, Current: []migrationView{}}
-	for _, m := range rec.Sharding.BucketMigrations {
-		if m.OperationID != op.ID {
-			continue
-		}
+	for _, m := range migs {
 		mv := viewMigration(m)
 		v.Current = append(v.Current, mv)
 		if m.Failures > 0 {

@@ -26,12 +26,14 @@ type Result struct {
 type FSM struct {
 	mu       sync.RWMutex
 	state    *State
+	journal  *journal
 	watchers map[chan uint64]struct{}
 }
 
 // New returns an FSM with an empty state.
 func New() *FSM {
-	return &FSM{state: newState(), watchers: map[chan uint64]struct{}{}}
+	s := newState()
+	return &FSM{state: s, journal: newJournal(s), watchers: map[chan uint64]struct{}{}}
 }
 
 // Apply implements raft.FSM.
@@ -42,6 +44,7 @@ func (f *FSM) Apply(l *raft.Log) any {
 	f.mu.Lock()
 	res := f.apply(l.Index, l.Data)
 	f.state.Index = l.Index
+	f.journal.record(l.Index, f.state)
 	f.mu.Unlock()
 	f.notify(l.Index)
 	return res
@@ -213,6 +216,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	}
 	f.mu.Lock()
 	f.state = s
+	f.journal = newJournal(s)
 	f.mu.Unlock()
 	f.notify(s.Index)
 	return nil

@@ -1,0 +1,165 @@
+package raftfsm
+
+import "slices"
+
+// ChangeKind says what a Change reports.
+type ChangeKind string
+
+// Kinds of Change.
+const (
+	// ChangeMigration is one step of a bucket migration: its Step is the
+	// new status, "Completed" when the migration left the record, or
+	// "Error" when a step failed again.
+	ChangeMigration ChangeKind = "migration"
+	// ChangeOperation is a change of a resharding operation's progress.
+	ChangeOperation ChangeKind = "operation"
+	// ChangeDeleted means the database was deleted.
+	ChangeDeleted ChangeKind = "deleted"
+)
+
+// Change is one resharding step of one database, as the command at Index
+// made it. The FSM derives changes as each command applies, so a watcher
+// that wakes after several commands still sees every step, in order (one
+// server-sent event each), rather than the difference between the first
+// and last record. Everything a Change points to is immutable.
+type Change struct {
+	// Index is the raft index of the command.
+	Index uint64
+	// Database names the database.
+	Database string
+	// Kind says what changed.
+	Kind ChangeKind
+	// Step is a migration's new step (ChangeMigration).
+	Step string
+	// Migration is the migration as of Index (ChangeMigration).
+	Migration *BucketMigration
+	// Operation is the operation as of Index (ChangeOperation), and
+	// Migrations its migrations in flight then.
+	Operation  *ReshardingOperation
+	Migrations []*BucketMigration
+}
+
+// maxChanges bounds the journal of changes the FSM keeps for watchers.
+const maxChanges = 8192
+
+// journal is the FSM's recent changes and the record versions they were
+// derived from; it is not part of the replicated state (a restore starts a
+// new journal).
+type journal struct {
+	seen    map[string]*DatabaseRecord // the record version changes were derived up to
+	changes []Change                   // oldest first, at most maxChanges
+	// complete is the lowest index after which the journal holds every
+	// change: a watcher that last saw an older index may have missed some.
+	complete uint64
+}
+
+func newJournal(s *State) *journal {
+	j := &journal{seen: make(map[string]*DatabaseRecord, len(s.Databases)), complete: s.Index}
+	for name, r := range s.Databases {
+		j.seen[name] = r
+	}
+	return j
+}
+
+// record derives the changes the command at index made to the state.
+func (j *journal) record(index uint64, s *State) {
+	for name, cur := range s.Databases {
+		if prev, ok := j.seen[name]; !ok || prev != cur {
+			if ok {
+				j.add(DiffRecords(index, prev, cur))
+			}
+			j.seen[name] = cur
+		}
+	}
+	for name := range j.seen {
+		if _, ok := s.Databases[name]; !ok {
+			delete(j.seen, name)
+			j.add([]Change{{Index: index, Database: name, Kind: ChangeDeleted}})
+		}
+	}
+}
+
+func (j *journal) add(cs []Change) {
+	if len(cs) == 0 {
+		return
+	}
+	j.changes = append(j.changes, cs...)
+	if over := len(j.changes) - maxChanges; over > 0 {
+		// Indexes up to the last dropped one may be incomplete now.
+		j.complete = max(j.complete, j.changes[over-1].Index)
+		j.changes = slices.Delete(j.changes, 0, over)
+	}
+}
+
+// DiffRecords lists the changes between two versions of a record, the
+// later one made by the command at index.
+func DiffRecords(index uint64, prev, cur *DatabaseRecord) []Change {
+	var out []Change
+	ev := func(m *BucketMigration, step string) {
+		out = append(out, Change{Index: index, Database: cur.DatabaseName, Kind: ChangeMigration, Step: step, Migration: m})
+	}
+	for b, m := range cur.Sharding.BucketMigrations {
+		old, ok := prev.Sharding.BucketMigrations[b]
+		switch {
+		case !ok || old.MigrationIndex != m.MigrationIndex:
+			if ok {
+				ev(old, "Completed")
+			}
+			ev(m, string(m.Status))
+		case old.Status != m.Status:
+			ev(m, string(m.Status))
+		case old.Failures != m.Failures:
+			ev(m, "Error")
+		}
+	}
+	for b, old := range prev.Sharding.BucketMigrations {
+		if _, ok := cur.Sharding.BucketMigrations[b]; !ok {
+			ev(old, "Completed")
+		}
+	}
+	for id, op := range cur.Sharding.Resharding {
+		old, ok := prev.Sharding.Resharding[id]
+		if !ok || old.BucketsDone != op.BucketsDone || old.Status != op.Status || len(old.Errors) != len(op.Errors) {
+			out = append(out, Change{Index: index, Database: cur.DatabaseName, Kind: ChangeOperation, Operation: op, Migrations: OperationMigrations(cur, id)})
+		}
+	}
+	return out
+}
+
+// OperationMigrations lists the migrations of operation id in rec, by
+// bucket.
+func OperationMigrations(rec *DatabaseRecord, id string) []*BucketMigration {
+	var out []*BucketMigration
+	for _, m := range rec.Sharding.BucketMigrations {
+		if m.OperationID == id {
+			out = append(out, m)
+		}
+	}
+	slices.SortFunc(out, func(a, b *BucketMigration) int { return int(a.Bucket) - int(b.Bucket) })
+	return out
+}
+
+// Changes returns database db's changes made after index, oldest first.
+// complete is false when the journal no longer reaches back to index (the
+// watcher fell behind by more than maxChanges, or the FSM restored a
+// snapshot since): the caller should compare records instead.
+func (f *FSM) Changes(db string, after uint64) (changes []Change, complete bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	j := f.journal
+	i, _ := slices.BinarySearchFunc(j.changes, after+1, func(c Change, idx uint64) int {
+		switch {
+		case c.Index < idx:
+			return -1
+		case c.Index > idx:
+			return 1
+		}
+		return 0
+	})
+	for _, c := range j.changes[i:] {
+		if c.Database == db {
+			changes = append(changes, c)
+		}
+	}
+	return changes, after >= j.complete
+}
