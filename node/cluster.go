@@ -183,11 +183,20 @@ func (n *Node) handleRemoveNode(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badRequest("node %s is the leader: remove it from another node after a new leader is elected (or stop it first)", tag))
 		return
 	}
+	// Refuse before touching raft membership what the FSM would refuse.
+	for _, rec := range n.fsm.Records() {
+		for _, sh := range rec.ShardNumbers() {
+			if m := rec.Sharding.Shards[sh].Members; len(m) == 1 && m[0] == tag {
+				writeError(w, &apiError{Status: http.StatusConflict, Type: "OnlyReplica", Msg: fmt.Sprintf("node %s holds the only replica of shard %d of %q: its data exists nowhere else; delete the database first", tag, sh, rec.DatabaseName)})
+				return
+			}
+		}
+	}
 	if err := n.raft.r.RemoveServer(raft.ServerID(tag), 0, 10*time.Second).Error(); err != nil {
 		writeError(w, fmt.Errorf("remove raft voter %s: %w", tag, err))
 		return
 	}
-	res, err := n.raft.propose(r.Context(), &raftfsm.RemoveNode{Meta: raftfsm.Meta{At: time.Now().UTC()}, Tag: tag})
+	res, err := n.raft.propose(r.Context(), &raftfsm.RemoveNode{Meta: raftfsm.Meta{At: time.Now().UTC()}, Tag: tag, Candidates: n.upNodes()})
 	if err == nil {
 		err = res.Err
 	}
@@ -195,7 +204,7 @@ func (n *Node) handleRemoveNode(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	n.logger.Info("removed node", "tag", tag)
+	n.logger.Info("removed node", "tag", tag, "replacements", res.Value)
 	w.WriteHeader(http.StatusNoContent)
 }
 

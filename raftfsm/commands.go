@@ -122,10 +122,14 @@ type AddNode struct {
 // Type implements Command.
 func (AddNode) Type() CommandType { return TypeAddNode }
 
-// RemoveNode removes a cluster member.
+// RemoveNode removes a cluster member. Every shard replica it held is
+// given to another node (see applyRemoveNode).
 type RemoveNode struct {
 	Meta
 	Tag string `json:"Tag"`
+	// Candidates, when set, are the nodes the proposer saw up: replacement
+	// replicas go to them only.
+	Candidates []string `json:"Candidates,omitempty"`
 }
 
 // Type implements Command.
@@ -261,14 +265,6 @@ func applyAddNode(s *State, _ uint64, c *AddNode) (any, error) {
 	}
 	s.Nodes[n.Tag] = &n
 	return n, nil
-}
-
-func applyRemoveNode(s *State, _ uint64, c *RemoveNode) (any, error) {
-	if _, ok := s.Nodes[c.Tag]; !ok {
-		return nil, fmt.Errorf("%w: %q", ErrNodeNotFound, c.Tag)
-	}
-	delete(s.Nodes, c.Tag)
-	return nil, nil
 }
 
 // TagLess orders node tags as A < B < ... < Z < AA < AB.

@@ -255,24 +255,25 @@ func applyDestinationConfirm(s *State, index uint64, c *DestinationMigrationConf
 		if !slices.Contains(m.ConfirmedDestinations, c.Node) {
 			m.ConfirmedDestinations = append(m.ConfirmedDestinations, c.Node)
 		}
-		for _, n := range members {
-			if !slices.Contains(m.ConfirmedDestinations, n) {
-				return m, nil
-			}
-		}
-		// The last destination replica confirmed: the only moment routing
-		// changes for this bucket.
-		m.Status, m.StatusSince, m.ConfirmationIndex = MigrationOwnershipTransferred, c.At, index
-		if r.ShardOf(m.Bucket) != m.DestinationShard {
-			r.Sharding.BucketRanges = r.Sharding.BucketRanges.Move(m.Bucket, m.DestinationShard)
-		}
-		if op := r.Sharding.Resharding[m.OperationID]; op != nil {
-			op.BucketsDone++
-			op.DocumentsMoved += m.Documents
-			op.BytesMoved += m.Bytes
+		if containsAll(m.ConfirmedDestinations, members) {
+			r.transferOwnership(m, c.At, index)
 		}
 		return m, nil
 	})
+}
+
+// transferOwnership flips a migration whose every destination replica
+// confirmed: the only moment routing changes for its bucket.
+func (r *DatabaseRecord) transferOwnership(m *BucketMigration, at time.Time, index uint64) {
+	m.Status, m.StatusSince, m.ConfirmationIndex = MigrationOwnershipTransferred, at, index
+	if r.ShardOf(m.Bucket) != m.DestinationShard {
+		r.Sharding.BucketRanges = r.Sharding.BucketRanges.Move(m.Bucket, m.DestinationShard)
+	}
+	if op := r.Sharding.Resharding[m.OperationID]; op != nil {
+		op.BucketsDone++
+		op.DocumentsMoved += m.Documents
+		op.BytesMoved += m.Bytes
+	}
 }
 
 func applySourceCleanup(s *State, index uint64, c *SourceMigrationCleanup) (any, error) {

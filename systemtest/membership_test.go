@@ -2,6 +2,7 @@ package systemtest
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -49,4 +50,81 @@ func TestMembership(t *testing.T) {
 func shardOf(t *testing.T, url, db, id string) int {
 	r := testcluster.Must(t, 200, "GET", url+"/databases/"+db+"/sharding/bucket?id="+id, "").JSON(t)
 	return int(r["Shard"].(float64))
+}
+
+// TestRemovedNodesReplicasMoveElsewhere: a dead node that held replicas —
+// one of them a destination of a bucket move that can no longer finish
+// without it — is removed. Its shards get another member, which fills by
+// replication; the move completes; every replica converges; a node holding
+// a shard's only replica cannot be removed.
+func TestRemovedNodesReplicasMoveElsewhere(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{Nodes: 3})
+	leader := c.Leader()
+	L := c.URL(leader)
+	testcluster.Must(t, 201, "PUT", L+"/admin/databases/db", `{"Shards":3,"ReplicationFactor":2}`)
+	var victim *testcluster.Member
+	for i, m := range c.Members {
+		if i != leader {
+			victim = m
+			break
+		}
+	}
+	// The move goes to a shard the victim holds, from one it does not.
+	members := shardMembers(t, L, "db")
+	dest := -1
+	for s, ms := range members {
+		if slices.Contains(ms, victim.Tag) && (dest < 0 || s < dest) {
+			dest = s
+		}
+	}
+	var tenant string
+	for i := 0; tenant == ""; i++ {
+		id := fmt.Sprintf("tenants/%d", i)
+		if _, s := bucketOf(t, L, "db", id); s != dest {
+			tenant = id
+		}
+	}
+	var cmds []string
+	for i := 0; i < 40; i++ {
+		cmds = append(cmds, fmt.Sprintf(`{"Type":"PUT","Id":"orders/%d$%s","Document":{"n":%d}}`, i, tenant, i))
+		cmds = append(cmds, fmt.Sprintf(`{"Type":"PUT","Id":"users/%d","Document":{"n":%d}}`, i, i))
+	}
+	testcluster.Must(t, 201, "POST", L+"/databases/db/bulk_docs?waitForReplicas=2", `{"Commands":[`+join(cmds)+`]}`)
+	testcluster.Must(t, 201, "PUT", L+"/admin/databases/solo", `{"Shards":3,"ReplicationFactor":1}`)
+
+	victim.Kill()
+	testcluster.WaitFor(t, 30*time.Second, "the victim to be seen down", func() error {
+		cl := testcluster.Must(t, 200, "GET", L+"/cluster", "").JSON(t)
+		for _, n := range cl["Nodes"].([]any) {
+			if n := n.(map[string]any); n["Tag"] == victim.Tag && n["Status"] != "Down" {
+				return fmt.Errorf("%s is %v", victim.Tag, n["Status"])
+			}
+		}
+		return nil
+	})
+	b, _ := bucketOf(t, L, "db", tenant)
+	op := startReshard(t, L, "db", b, b, dest)
+
+	// It holds the only replica of a shard of "solo": refused, nothing changes.
+	r := testcluster.Must(t, 409, "DELETE", L+"/cluster/nodes/"+victim.Tag, "").JSON(t)
+	if r["Type"] != "OnlyReplica" {
+		t.Fatalf("refusal %v", r)
+	}
+	testcluster.Must(t, 204, "DELETE", L+"/admin/databases/solo", "")
+	testcluster.Must(t, 204, "DELETE", L+"/cluster/nodes/"+victim.Tag, "")
+
+	for s, ms := range shardMembers(t, L, "db") {
+		if len(ms) != 2 || slices.Contains(ms, victim.Tag) {
+			t.Fatalf("shard %d members %v after removing %s", s, ms, victim.Tag)
+		}
+	}
+	waitOperation(t, L, "db", op, 90*time.Second)
+	testcluster.WaitFor(t, 60*time.Second, "replicas to converge", func() error { return converged(t, c, "db") })
+	if _, s := bucketOf(t, L, "db", tenant); s != dest {
+		t.Fatalf("bucket of %s on shard %d, want %d", tenant, s, dest)
+	}
+	for i := 0; i < 40; i++ {
+		testcluster.Must(t, 200, "GET", fmt.Sprintf("%s/databases/db/docs?id=orders/%d$%s", L, i, tenant), "")
+		testcluster.Must(t, 200, "GET", fmt.Sprintf("%s/databases/db/docs?id=users/%d", L, i), "")
+	}
 }
