@@ -28,6 +28,7 @@ func (n *Node) routes() http.Handler {
 	mux.HandleFunc("POST /databases/{db}/resharding", n.handleStartResharding)
 	mux.HandleFunc("GET /databases/{db}/resharding", n.handleListResharding)
 	mux.HandleFunc("GET /databases/{db}/resharding/{id}", n.handleGetResharding)
+	mux.HandleFunc("DELETE /databases/{db}/resharding/{id}", n.handleCancelResharding)
 	mux.HandleFunc("GET /databases/{db}/events", n.handleEvents)
 	mux.HandleFunc("POST /admin/databases/{db}/shards", n.handleAddShard)
 	mux.HandleFunc("GET /admin/databases", n.handleListDatabases)
@@ -99,6 +100,8 @@ func toAPIError(err error) *apiError {
 		return &apiError{Status: http.StatusConflict, Type: typeOf(raftfsm.ErrStale), Msg: err.Error()}
 	case errors.Is(err, raftfsm.ErrNodeNotFound):
 		return &apiError{Status: http.StatusNotFound, Type: typeOf(raftfsm.ErrNodeNotFound), Msg: err.Error()}
+	case errors.Is(err, raftfsm.ErrOperationNotFound):
+		return &apiError{Status: http.StatusNotFound, Type: typeOf(raftfsm.ErrOperationNotFound), Msg: err.Error()}
 	case errors.Is(err, ErrNotLeader):
 		return unavailable("%v", err)
 	case errors.Is(err, errTimeout):
@@ -124,6 +127,8 @@ func typeOf(err error) string {
 		return "StaleMigrationStep"
 	case raftfsm.ErrNodeNotFound:
 		return "NodeNotFound"
+	case raftfsm.ErrOperationNotFound:
+		return "OperationNotFound"
 	}
 	return "InternalError"
 }

@@ -235,7 +235,7 @@ func (n *Node) handleApply(w http.ResponseWriter, r *http.Request) {
 // remoteError turns a forwarded command's error answer back into the
 // sentinel the state machine returned, so callers can test for it.
 func remoteError(ae *apiError) error {
-	for _, e := range []error{raftfsm.ErrStale, raftfsm.ErrConflict, raftfsm.ErrInvalid, raftfsm.ErrDatabaseExists, raftfsm.ErrDatabaseNotFound, raftfsm.ErrNodeNotFound} {
+	for _, e := range []error{raftfsm.ErrStale, raftfsm.ErrConflict, raftfsm.ErrInvalid, raftfsm.ErrDatabaseExists, raftfsm.ErrDatabaseNotFound, raftfsm.ErrNodeNotFound, raftfsm.ErrOperationNotFound} {
 		if ae.Type == typeOf(e) {
 			return sentinelError{sentinel: e, msg: ae.Msg}
 		}

@@ -86,3 +86,50 @@ func TestEventsListEveryStepOfAMove(t *testing.T) {
 	}
 	t.Fatalf("stream ended (%v) before the operation completed; steps %v", sc.Err(), seen)
 }
+
+// TestCancelResharding: a cancelled operation stops starting migrations,
+// the one in flight finishes, every document stays readable exactly once,
+// and bad cancels are refused.
+func TestCancelResharding(t *testing.T) {
+	n := testNode(t, t.TempDir())
+	c := client{t, n.HTTPURL()}
+	c.must(201, "PUT", "/admin/databases/db", `{"Shards": 2}`)
+	var cmds []string
+	for i := 0; i < 400; i++ {
+		cmds = append(cmds, fmt.Sprintf(`{"Type":"PUT","Id":"users/%d","Document":{"n":%d}}`, i, i))
+	}
+	c.must(201, "POST", "/databases/db/bulk_docs", `{"Commands":[`+strings.Join(cmds, ",")+`]}`)
+	// Shard 0 owns the first half of the buckets: move all of it to 1.
+	id := c.must(202, "POST", "/databases/db/resharding", `{"FromBucket": 0, "ToBucket": 524287, "ToShard": 1}`).json(t)["OperationId"].(string)
+	op := c.must(200, "DELETE", "/databases/db/resharding/"+id, "").json(t)
+	if op["Status"] != "Cancelled" {
+		t.Fatalf("cancelled operation %v", op)
+	}
+	c.must(409, "DELETE", "/databases/db/resharding/"+id, "")
+	c.must(404, "DELETE", "/databases/db/resharding/0000", "")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		rec := c.must(200, "GET", "/admin/databases/db", "").json(t)
+		if len(rec["Sharding"].(map[string]any)["BucketMigrations"].(map[string]any)) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("migrations still in flight after the cancel: %v", rec["Sharding"].(map[string]any)["BucketMigrations"])
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	after := c.must(200, "GET", "/databases/db/resharding/"+id, "").json(t)
+	if after["Status"] != "Cancelled" || after["BucketsDone"].(float64) >= after["BucketsTotal"].(float64) {
+		t.Fatalf("operation after the cancel: %v", after)
+	}
+	total := 0.0
+	for s := 0; s < 2; s++ {
+		total += c.must(200, "GET", fmt.Sprintf("/databases/db$%d/stats", s), "").json(t)["DocumentsCount"].(float64)
+	}
+	if total != 400 {
+		t.Fatalf("shards hold %v documents, want 400", total)
+	}
+	for i := 0; i < 400; i += 7 {
+		c.must(200, "GET", fmt.Sprintf("/databases/db/docs?id=users/%d", i), "")
+	}
+}

@@ -250,6 +250,36 @@ func (n *Node) handleGetResharding(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, viewOperation(t.rec, op))
 }
 
+// handleCancelResharding stops an operation from starting more bucket
+// migrations; the one in flight finishes (see raftfsm.CancelResharding).
+func (n *Node) handleCancelResharding(w http.ResponseWriter, r *http.Request) {
+	t, err := n.resolve(r.PathValue("db"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if t.shard >= 0 {
+		writeError(w, badRequest("cancel through the database %q, not one shard replica", t.rec.DatabaseName))
+		return
+	}
+	id := r.PathValue("id")
+	if err := n.propose(r.Context(), &raftfsm.CancelResharding{Meta: raftfsm.Meta{At: time.Now().UTC(), RequestID: r.Header.Get("Request-Id")}, Database: t.rec.DatabaseName, OperationID: id}); err != nil {
+		writeError(w, err)
+		return
+	}
+	rec := n.recordOf(t.rec.DatabaseName)
+	var op *raftfsm.ReshardingOperation
+	if rec != nil {
+		op = rec.Sharding.Resharding[id]
+	}
+	if op == nil {
+		writeError(w, notFound("OperationNotFound", "no resharding operation %q in %q", id, t.rec.DatabaseName))
+		return
+	}
+	n.logger.Info("resharding cancelled", "db", rec.DatabaseName, "operation", id, "done", op.BucketsDone, "total", op.BucketsTotal)
+	writeJSON(w, http.StatusOK, viewOperation(rec, op))
+}
+
 // addShardRequest is POST /admin/databases/{db}/shards' body.
 type addShardRequest struct {
 	Members []string `json:"Members"`

@@ -34,6 +34,7 @@ const (
 	TypeReportMigrationError        CommandType = 15
 	TypeStartResharding             CommandType = 16
 	TypeAddShard                    CommandType = 17
+	TypeCancelResharding            CommandType = 18
 )
 
 // Limits on database records.

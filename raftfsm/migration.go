@@ -17,6 +17,8 @@ var (
 	// ErrStale means a migration step names a migration that is not in the
 	// expected state: it was already applied (a retry) or replaced.
 	ErrStale = errors.New("stale migration step")
+	// ErrOperationNotFound means no resharding operation has the id.
+	ErrOperationNotFound = errors.New("resharding operation not found")
 )
 
 // Online resharding commands (DESIGN §5). Every step names the bucket and
@@ -138,6 +140,19 @@ type AddShard struct {
 // Type implements Command.
 func (AddShard) Type() CommandType { return TypeAddShard }
 
+// CancelResharding stops a running operation from starting more bucket
+// migrations. A migration it already started goes on to its end (stopping
+// one half-way would leave its bucket's documents on two shards), so the
+// operation's buckets end where they were or on the target shard.
+type CancelResharding struct {
+	Meta
+	Database    string `json:"Database"`
+	OperationID string `json:"OperationId"`
+}
+
+// Type implements Command.
+func (CancelResharding) Type() CommandType { return TypeCancelResharding }
+
 func registerMigrationCommands() {
 	register(TypeStartBucketMigration, applyStartBucketMigration)
 	register(TypeSourceMigrationSendComplete, applySendCompleted)
@@ -147,6 +162,34 @@ func registerMigrationCommands() {
 	register(TypeReportMigrationError, applyReportMigrationError)
 	register(TypeStartResharding, applyStartResharding)
 	register(TypeAddShard, applyAddShard)
+	register(TypeCancelResharding, applyCancelResharding)
+}
+
+func applyCancelResharding(s *State, index uint64, c *CancelResharding) (any, error) {
+	return mutate(s, index, c.Database, func(r *DatabaseRecord) (any, error) {
+		op, ok := r.Sharding.Resharding[c.OperationID]
+		if !ok {
+			return nil, fmt.Errorf("%w: %q", ErrOperationNotFound, c.OperationID)
+		}
+		if op.Status != OperationRunning {
+			return nil, fmt.Errorf("%w: operation %s is already %s", ErrConflict, op.ID, op.Status)
+		}
+		op.Status, op.EndedAt = OperationCancelled, c.At
+		r.pruneOperations()
+		return op, nil
+	})
+}
+
+// checkRunning refuses work for an operation that is no longer running (a
+// driver that read the record before a cancel applied).
+func (r *DatabaseRecord) checkRunning(id string) error {
+	if id == "" {
+		return nil
+	}
+	if op, ok := r.Sharding.Resharding[id]; ok && op.Status != OperationRunning {
+		return fmt.Errorf("%w: operation %s is %s", ErrStale, id, op.Status)
+	}
+	return nil
 }
 
 // mutate applies fn to a copy of db's record and stores the copy (records
@@ -178,6 +221,9 @@ func applyStartBucketMigration(s *State, index uint64, c *StartBucketMigration) 
 			return nil, fmt.Errorf("%w: bucket %d outside 0..%d", ErrInvalid, c.Bucket, bucket.MaxID)
 		}
 		if err := r.checkShards(c.SourceShard, c.DestinationShard); err != nil {
+			return nil, err
+		}
+		if err := r.checkRunning(c.OperationID); err != nil {
 			return nil, err
 		}
 		if m, ok := r.Sharding.BucketMigrations[c.Bucket]; ok {
@@ -299,6 +345,9 @@ func applySourceCleanup(s *State, index uint64, c *SourceMigrationCleanup) (any,
 func applyMoveEmptyBuckets(s *State, index uint64, c *MoveEmptyBuckets) (any, error) {
 	return mutate(s, index, c.Database, func(r *DatabaseRecord) (any, error) {
 		if err := r.checkShards(c.SourceShard, c.DestinationShard); err != nil {
+			return nil, err
+		}
+		if err := r.checkRunning(c.OperationID); err != nil {
 			return nil, err
 		}
 		var moved int64

@@ -128,3 +128,35 @@ func TestAddShard(t *testing.T) {
 		t.Fatalf("unknown member: %v", r.Err)
 	}
 }
+
+// TestCancelResharding: a cancelled operation starts nothing more, its
+// migration in flight still completes, and a second cancel is a conflict.
+func TestCancelResharding(t *testing.T) {
+	f := migrationFixture(t)
+	mustApply(t, f, 5, &StartResharding{Database: "db", OperationID: "op", FromBucket: 0, ToBucket: 20, ToShard: 1})
+	mustApply(t, f, 6, &StartBucketMigration{Database: "db", Bucket: 3, SourceShard: 0, DestinationShard: 1, OperationID: "op"})
+	if r := f.ApplyCommand(7, &CancelResharding{Database: "db", OperationID: "nope"}); !errors.Is(r.Err, ErrOperationNotFound) {
+		t.Fatalf("cancel of an unknown operation: %v", r.Err)
+	}
+	op := mustApply(t, f, 8, &CancelResharding{Meta: Meta{At: t0}, Database: "db", OperationID: "op"}).Value.(*ReshardingOperation)
+	if op.Status != OperationCancelled || !op.EndedAt.Equal(t0) {
+		t.Fatalf("cancelled %+v", op)
+	}
+	if r := f.ApplyCommand(9, &CancelResharding{Database: "db", OperationID: "op"}); !errors.Is(r.Err, ErrConflict) {
+		t.Fatalf("second cancel: %v", r.Err)
+	}
+	if r := f.ApplyCommand(10, &StartBucketMigration{Database: "db", Bucket: 4, SourceShard: 2, DestinationShard: 1, OperationID: "op"}); !errors.Is(r.Err, ErrStale) {
+		t.Fatalf("migration for a cancelled operation: %v", r.Err)
+	}
+	if r := f.ApplyCommand(10, &MoveEmptyBuckets{Database: "db", SourceShard: 0, DestinationShard: 1, OperationID: "op", Spans: []BucketSpan{{From: 10, To: 12}}}); !errors.Is(r.Err, ErrStale) {
+		t.Fatalf("empty buckets for a cancelled operation: %v", r.Err)
+	}
+	// The migration in flight goes on to the end.
+	mustApply(t, f, 11, &SourceMigrationSendCompleted{Database: "db", Bucket: 3, MigrationIndex: 6, LastSourceChangeVector: "A:1-x"})
+	mustApply(t, f, 12, &DestinationMigrationConfirm{Database: "db", Bucket: 3, MigrationIndex: 6, Node: "B"})
+	mustApply(t, f, 13, &DestinationMigrationConfirm{Database: "db", Bucket: 3, MigrationIndex: 6, Node: "C"})
+	rec, _ := f.Record("db")
+	if rec.ShardOf(3) != 1 || rec.Sharding.Resharding["op"].Status != OperationCancelled || rec.Sharding.Resharding["op"].BucketsDone != 1 {
+		t.Fatalf("after the last migration: owner %d, op %+v", rec.ShardOf(3), rec.Sharding.Resharding["op"])
+	}
+}

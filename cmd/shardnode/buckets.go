@@ -63,7 +63,7 @@ The commands talk to any node over HTTP (--url, default ` + defaultNodeURL + `).
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
-	cmd.AddCommand(newBucketsMoveCmd(), newBucketsReportCmd(), newBucketsStatusCmd())
+	cmd.AddCommand(newBucketsMoveCmd(), newBucketsReportCmd(), newBucketsStatusCmd(), newBucketsCancelCmd())
 	return cmd
 }
 
