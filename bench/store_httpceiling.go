@@ -19,7 +19,7 @@ type httpCeiling struct {
 	hc  *http.Client
 	ln  net.Listener
 	srv *http.Server
-	url string
+	base string // http://host:port
 }
 
 func startHTTPCeiling(hc *http.Client) (*httpCeiling, error) {
@@ -37,7 +37,7 @@ func startHTTPCeiling(hc *http.Client) (*httpCeiling, error) {
 		w.Header().Set("Content-Length", clen)
 		_, _ = w.Write(body)
 	})
-	c := &httpCeiling{hc: hc, ln: ln, srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}, url: "http://" + ln.Addr().String() + "/docs?id="}
+	c := &httpCeiling{hc: hc, ln: ln, srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}, base: "http://" + ln.Addr().String()}
 	go func() { _ = c.srv.Serve(ln) }()
 	return c, nil
 }
@@ -56,7 +56,11 @@ func (c *httpCeiling) close() error {
 func (c *httpCeiling) dataset(context.Context, string, bool) (dataset, error) { return c, nil }
 
 func (c *httpCeiling) client(context.Context, int) (client, error) {
-	return &httpCeilingClient{c: c}, nil
+	rc, err := newRawConn(c.base)
+	if err != nil {
+		return nil, err
+	}
+	return &httpCeilingClient{c: c, rc: rc}, nil
 }
 
 func (c *httpCeiling) drop(context.Context) error { return nil }
@@ -64,13 +68,14 @@ func (c *httpCeiling) drop(context.Context) error { return nil }
 // httpCeilingClient GETs the fixed body.
 type httpCeilingClient struct {
 	c   *httpCeiling
+	rc  *rawConn
 	buf bytes.Buffer
 }
 
-func (h *httpCeilingClient) close() {}
+func (h *httpCeilingClient) close() { h.rc.close() }
 
 func (h *httpCeilingClient) read(ctx context.Context, k int64) error {
-	return do(ctx, h.c.hc, http.MethodGet, h.c.url+keyName(k), nil, http.StatusOK, &h.buf)
+	return h.rc.do(ctx, http.MethodGet, "/docs?id="+keyName(k), nil, http.StatusOK, &h.buf)
 }
 
 func (h *httpCeilingClient) write(context.Context, int64, []byte) error { return errUnsupported }

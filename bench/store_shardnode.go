@@ -77,18 +77,22 @@ func (s *shardnodeSystem) dataset(ctx context.Context, name string, _ bool) (dat
 	if err := do(ctx, s.hc, http.MethodPut, url, body, http.StatusCreated, &buf); err != nil {
 		return nil, fmt.Errorf("create database %s: %w", db, err)
 	}
-	return &shardnodeDataset{sys: s, db: db, docs: s.base + "/databases/" + db + "/docs?id="}, nil
+	return &shardnodeDataset{sys: s, db: db, docs: "/databases/" + db + "/docs?id="}, nil
 }
 
 // shardnodeDataset is one database.
 type shardnodeDataset struct {
 	sys  *shardnodeSystem
 	db   string
-	docs string // URL prefix of a document
+	docs string // path prefix of a document
 }
 
 func (d *shardnodeDataset) client(context.Context, int) (client, error) {
-	return &shardnodeClient{d: d, hc: d.sys.hc}, nil
+	rc, err := newRawConn(d.sys.base)
+	if err != nil {
+		return nil, err
+	}
+	return &shardnodeClient{d: d, rc: rc}, nil
 }
 
 func (d *shardnodeDataset) drop(ctx context.Context) error {
@@ -110,19 +114,18 @@ func (d *shardnodeDataset) drop(ctx context.Context) error {
 	return nil
 }
 
-// shardnodeClient is one client's view: the shared HTTP client plus its
-// own buffers.
+// shardnodeClient is one client's view: its own connection and buffers.
 type shardnodeClient struct {
 	d    *shardnodeDataset
-	hc   *http.Client
+	rc   *rawConn
 	buf  bytes.Buffer
 	body []byte
 }
 
-func (c *shardnodeClient) close() {}
+func (c *shardnodeClient) close() { c.rc.close() }
 
 func (c *shardnodeClient) read(ctx context.Context, k int64) error {
-	return do(ctx, c.hc, http.MethodGet, c.d.docs+keyName(k), nil, http.StatusOK, &c.buf)
+	return c.rc.do(ctx, http.MethodGet, c.d.docs+keyName(k), nil, http.StatusOK, &c.buf)
 }
 
 // withMeta returns rec with shardnode's collection metadata, in c's
@@ -133,7 +136,7 @@ func (c *shardnodeClient) withMeta(rec []byte) []byte {
 }
 
 func (c *shardnodeClient) write(ctx context.Context, k int64, rec []byte) error {
-	return do(ctx, c.hc, http.MethodPut, c.d.docs+keyName(k), c.withMeta(rec), http.StatusCreated, &c.buf)
+	return c.rc.do(ctx, http.MethodPut, c.d.docs+keyName(k), c.withMeta(rec), http.StatusCreated, &c.buf)
 }
 
 func (c *shardnodeClient) scan(ctx context.Context, k int64, n int) error {
@@ -143,7 +146,7 @@ func (c *shardnodeClient) scan(ctx context.Context, k int64, n int) error {
 	if err != nil {
 		return err
 	}
-	return do(ctx, c.hc, http.MethodPost, c.d.sys.base+"/databases/"+c.d.db+"/queries", body, http.StatusOK, &c.buf)
+	return c.rc.do(ctx, http.MethodPost, "/databases/"+c.d.db+"/queries", body, http.StatusOK, &c.buf)
 }
 
 func (c *shardnodeClient) writeBatch(ctx context.Context, keys []int64, recs [][]byte) error {
@@ -161,5 +164,5 @@ func (c *shardnodeClient) writeBatch(ctx context.Context, keys []int64, recs [][
 	}
 	b = append(b, "]}"...)
 	c.body = b
-	return do(ctx, c.hc, http.MethodPost, c.d.sys.base+"/databases/"+c.d.db+"/bulk_docs", b, http.StatusCreated, &c.buf)
+	return c.rc.do(ctx, http.MethodPost, "/databases/"+c.d.db+"/bulk_docs", b, http.StatusCreated, &c.buf)
 }
