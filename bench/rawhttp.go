@@ -24,8 +24,8 @@ type rawConn struct {
 	addr   string // host:port
 	conn   net.Conn
 	status int // of the last answer
-	br   *bufio.Reader
-	wbuf []byte
+	br     *bufio.Reader
+	wbuf   []byte
 }
 
 // newRawConn returns a client of the server at base ("http://host:port").

@@ -16,9 +16,9 @@ import (
 // GET with one fixed body the size of a shardnode document response: the
 // most a Go HTTP server can serve here, with the same client setup.
 type httpCeiling struct {
-	hc  *http.Client
-	ln  net.Listener
-	srv *http.Server
+	hc   *http.Client
+	ln   net.Listener
+	srv  *http.Server
 	base string // http://host:port
 }
 
