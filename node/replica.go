@@ -92,13 +92,13 @@ func (l *localReplica) get(_ context.Context, ids []string, recordEtag uint64) (
 
 func (l *localReplica) write(ctx context.Context, ops []storage.Op, wc writeConcern) ([]storage.Result, error) {
 	fence := l.n.replicas.fence(l.db, l.shard)
-	fence.RLock()
+	g := fence.enter()
 	if err := l.n.guardWrites(l.db, l.shard, ops); err != nil {
-		fence.RUnlock()
+		fence.exit(g)
 		return nil, err
 	}
 	res, err := l.s.Write(ctx, ops)
-	fence.RUnlock()
+	fence.exit(g)
 	if err != nil || wc.Replicas <= 1 {
 		return res, err
 	}
