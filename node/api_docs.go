@@ -254,12 +254,20 @@ func (n *Node) writeOps(ctx context.Context, t target, ops []storage.Op, wc writ
 		pending[i] = i
 	}
 	// A shard refuses writes for buckets it no longer owns (a move just
-	// flipped them): wait for the newer record and route those again.
+	// flipped them), naming the owner by its newer record. A single write
+	// goes to that owner at once, which waits if need be until it applied
+	// that record too; a group waits until this node applied it and is
+	// grouped again.
+	hinted := map[int]int{} // op index → owning shard a refusal named
+	routed := t.rec.Etag    // the newest record the routing relies on
 	for attempt := 0; ; attempt++ {
 		groups := map[int]*group{}
 		var order []*group
 		for _, i := range pending {
 			_, shard := shardFor(t, ops[i].ID)
+			if s, ok := hinted[i]; ok {
+				shard = s
+			}
 			g, ok := groups[shard]
 			if !ok {
 				g = &group{shard: shard}
@@ -272,7 +280,7 @@ func (n *Node) writeOps(ctx context.Context, t target, ops []storage.Op, wc writ
 		errs := make([]error, len(order))
 		write := func(gi int) {
 			g := order[gi]
-			errs[gi] = n.writeShard(ctx, t, g.shard, g.ops, wc, func(res []storage.Result) {
+			errs[gi] = n.writeShard(ctx, t, g.shard, g.ops, wc, routed, func(res []storage.Result) {
 				for k, i := range g.idx {
 					results[i] = res[k]
 				}
@@ -293,11 +301,26 @@ func (n *Node) writeOps(ctx context.Context, t target, ops []storage.Op, wc writ
 		wg.Wait()
 		pending = pending[:0]
 		var failed []error
+		var waitFor uint64 // a record etag this node must reach first
+		stale := false     // a refusal no newer than this node's record
 		for gi, err := range errs {
 			switch {
 			case err == nil:
 			case isNotOwned(err) && attempt < maxRerouteAttempts && t.shard < 0:
-				pending = append(pending, order[gi].idx...)
+				g := order[gi]
+				pending = append(pending, g.idx...)
+				var ae *apiError
+				errors.As(err, &ae)
+				h := ae.Owner
+				switch {
+				case h == nil || h.RecordEtag <= t.rec.Etag:
+					stale = true
+				case len(g.idx) == 1 && t.rec.Sharding.Shards[h.Shard] != nil:
+					hinted[g.idx[0]] = h.Shard
+					routed = max(routed, h.RecordEtag)
+				default:
+					waitFor = max(waitFor, h.RecordEtag)
+				}
 			default:
 				failed = append(failed, err)
 			}
@@ -309,12 +332,25 @@ func (n *Node) writeOps(ctx context.Context, t target, ops []storage.Op, wc writ
 			return results, nil
 		}
 		sort.Ints(pending)
-		if err := n.waitNewerRecord(ctx, t.rec, rerouteWait(attempt)); err != nil {
-			return nil, err
+		if waitFor > 0 {
+			if err := n.waitRecord(ctx, t.rec.DatabaseName, waitFor, maxRecordWait); err != nil {
+				return nil, err
+			}
+		}
+		if stale {
+			// The refusing replica is not ahead of this node: it lags, or
+			// this node is about to apply a newer record.
+			if err := n.waitNewerRecord(ctx, t.rec, rerouteWait(attempt)); err != nil {
+				return nil, err
+			}
 		}
 		if rec := n.recordOf(t.rec.DatabaseName); rec != nil {
 			t.rec = rec
 		}
+		if t.rec.Etag >= routed {
+			clear(hinted) // this node's record knows at least as much
+		}
+		routed = max(routed, t.rec.Etag)
 	}
 }
 
@@ -486,13 +522,13 @@ func appendBulkResult(out []byte, r storage.Result) []byte {
 }
 
 // writeShard writes one shard's group through a replica of that shard.
-func (n *Node) writeShard(ctx context.Context, t target, shard int, ops []storage.Op, wc writeConcern, done func([]storage.Result)) error {
+func (n *Node) writeShard(ctx context.Context, t target, shard int, ops []storage.Op, wc writeConcern, routed uint64, done func([]storage.Result)) error {
 	var extra time.Duration
 	if wc.Replicas > 1 {
 		extra = wc.Timeout
 	}
 	err := n.onShardWithin(ctx, t, shard, false, extra, func(ctx context.Context, rep shardReplica) error {
-		res, err := rep.write(ctx, ops, wc)
+		res, err := rep.write(ctx, ops, wc, routed)
 		if err != nil {
 			return err
 		}

@@ -24,7 +24,10 @@ import (
 type shardReplica interface {
 	node() string
 	get(ctx context.Context, ids []string, recordEtag uint64) ([]*storage.Document, error)
-	write(ctx context.Context, ops []storage.Op, wc writeConcern) ([]storage.Result, error)
+	// write applies client writes. routed is the etag of the record the
+	// router chose this shard by: a replica whose own record is older waits
+	// for it before its write guard refuses a bucket.
+	write(ctx context.Context, ops []storage.Op, wc writeConcern, routed uint64) ([]storage.Result, error)
 	query(ctx context.Context, q queryArgs) ([]*storage.Document, error)
 	stats(ctx context.Context) (replicaStats, error)
 	bucket(ctx context.Context, b uint32, maxIDs int) (bucketInfo, error)
@@ -90,10 +93,24 @@ func (l *localReplica) get(_ context.Context, ids []string, recordEtag uint64) (
 	return out, nil
 }
 
-func (l *localReplica) write(ctx context.Context, ops []storage.Op, wc writeConcern) ([]storage.Result, error) {
+func (l *localReplica) write(ctx context.Context, ops []storage.Op, wc writeConcern, routed uint64) ([]storage.Result, error) {
 	fence := l.n.replicas.fence(l.db, l.shard)
 	g := fence.enter()
-	if err := l.n.guardWrites(l.db, l.shard, ops); err != nil {
+	err := l.n.guardWrites(l.db, l.shard, ops)
+	if err != nil && isNotOwned(err) {
+		// The router has a newer record (a flip this node has not applied
+		// yet): wait for this node to apply it rather than refuse and make
+		// the router retry.
+		if rec := l.n.recordOf(l.db); rec != nil && rec.Etag < routed {
+			fence.exit(g)
+			if werr := l.n.waitRecord(ctx, l.db, routed, maxRecordWait); werr != nil {
+				return nil, werr
+			}
+			g = fence.enter()
+			err = l.n.guardWrites(l.db, l.shard, ops)
+		}
+	}
+	if err != nil {
 		fence.exit(g)
 		return nil, err
 	}
@@ -226,7 +243,7 @@ type shardRequest struct {
 	From        uint32        `json:"From,omitempty"`
 	To          uint32        `json:"To,omitempty"`
 	Limit       int           `json:"Limit,omitempty"`
-	RecordEtag  uint64        `json:"RecordEtag,omitempty"` // the router's record (reads refuse stale views)
+	RecordEtag  uint64        `json:"RecordEtag,omitempty"` // the router's record (reads refuse stale views, writes wait for it)
 }
 
 // wireDoc is a document on the bus: its body stays raw JSON.
@@ -294,13 +311,13 @@ func (r *remoteReplica) get(ctx context.Context, ids []string, recordEtag uint64
 	return fromWireDocs(docs), nil
 }
 
-func (r *remoteReplica) write(ctx context.Context, ops []storage.Op, wc writeConcern) ([]storage.Result, error) {
+func (r *remoteReplica) write(ctx context.Context, ops []storage.Op, wc writeConcern, routed uint64) ([]storage.Result, error) {
 	w := make([]wireOp, len(ops))
 	for i, op := range ops {
 		w[i] = wireOp{op.Kind, op.ID, op.Collection, op.Body, op.IfMatch}
 	}
 	var res []storage.Result
-	err := r.n.call(ctx, r.tag, "shard.write", shardRequest{DB: r.db, Shard: r.shard, Ops: w, WaitFor: wc.Replicas, WaitTimeout: wc.Timeout}, &res)
+	err := r.n.call(ctx, r.tag, "shard.write", shardRequest{DB: r.db, Shard: r.shard, Ops: w, WaitFor: wc.Replicas, WaitTimeout: wc.Timeout, RecordEtag: routed}, &res)
 	return res, err
 }
 
@@ -366,7 +383,7 @@ func (n *Node) registerShardRPC() {
 				return nil, badRequest("op %d: kind %d is not a client write", i, o.Kind)
 			}
 		}
-		return l.write(ctx, ops, writeConcern{Replicas: req.WaitFor, Timeout: req.WaitTimeout})
+		return l.write(ctx, ops, writeConcern{Replicas: req.WaitFor, Timeout: req.WaitTimeout}, req.RecordEtag)
 	}
 	n.rpcHandlers["shard.query"] = func(ctx context.Context, data []byte) (any, error) {
 		l, req, err := local(data)

@@ -29,10 +29,39 @@ func (n *Node) guardWrites(db string, shard int, ops []storage.Op) error {
 	for _, op := range ops {
 		if owner := rec.ShardOf(bucket.ForID(op.ID)); owner != shard {
 			return &apiError{Status: http.StatusMisdirectedRequest, Type: "BucketNotOwned",
-				Msg: fmt.Sprintf("shard %d does not own the bucket of %q (shard %d does, record etag %d)", shard, op.ID, owner, rec.Etag)}
+				Msg:   fmt.Sprintf("shard %d does not own the bucket of %q (shard %d does, record etag %d)", shard, op.ID, owner, rec.Etag),
+				Owner: &ownerHint{Shard: owner, RecordEtag: rec.Etag}}
 		}
 	}
 	return nil
+}
+
+// maxRecordWait bounds how long a replica waits for its record to catch up
+// with a router's before it refuses a write: raft applies on every node
+// within milliseconds when the cluster is healthy, and a node that lags
+// more lets the router try again.
+const maxRecordWait = time.Second
+
+// waitRecord waits until this node's record of db is at least etag (or db
+// is gone), at most max; it wakes on raft applies. It fails only when ctx
+// ends.
+func (n *Node) waitRecord(ctx context.Context, db string, etag uint64, max time.Duration) error {
+	ch, stop := n.fsm.Watch()
+	defer stop()
+	t := time.NewTimer(max)
+	defer t.Stop()
+	for {
+		if cur := n.recordOf(db); cur == nil || cur.Etag >= etag {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-t.C:
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("wait for record etag %d of %q: %w", etag, db, ctx.Err())
+		}
+	}
 }
 
 // Per-attempt deadlines: one dead replica must not use up a request's time.
