@@ -244,9 +244,10 @@ func (n *Node) handleDeleteDoc(w http.ResponseWriter, r *http.Request) {
 // different shards commit independently.
 func (n *Node) writeOps(ctx context.Context, t target, ops []storage.Op, wc writeConcern) ([]storage.Result, error) {
 	type group struct {
-		shard int
-		idx   []int
-		ops   []storage.Op
+		shard  int
+		routed uint64 // the etag of the record that gives these ops to shard
+		idx    []int
+		ops    []storage.Op
 	}
 	results := make([]storage.Result, len(ops))
 	pending := make([]int, len(ops))
@@ -255,23 +256,27 @@ func (n *Node) writeOps(ctx context.Context, t target, ops []storage.Op, wc writ
 	}
 	// A shard refuses writes for buckets it no longer owns (a move just
 	// flipped them), naming the owner by its newer record. A single write
-	// goes to that owner at once, which waits if need be until it applied
-	// that record too; a group waits until this node applied it and is
-	// grouped again.
-	hinted := map[int]int{} // op index → owning shard a refusal named
-	routed := t.rec.Etag    // the newest record the routing relies on
+	// goes to that owner at once, telling it which record says so (the
+	// owner accepts it even before applying that record itself); a group
+	// waits until this node applied it and is grouped again.
+	type route struct {
+		shard  int
+		routed uint64
+	}
+	hinted := map[int]ownerHint{} // op index → owner a refusal named
 	for attempt := 0; ; attempt++ {
-		groups := map[int]*group{}
+		groups := map[route]*group{}
 		var order []*group
 		for _, i := range pending {
 			_, shard := shardFor(t, ops[i].ID)
-			if s, ok := hinted[i]; ok {
-				shard = s
+			r := route{shard, t.rec.Etag}
+			if h, ok := hinted[i]; ok && h.RecordEtag > t.rec.Etag {
+				r = route{h.Shard, h.RecordEtag}
 			}
-			g, ok := groups[shard]
+			g, ok := groups[r]
 			if !ok {
-				g = &group{shard: shard}
-				groups[shard] = g
+				g = &group{shard: r.shard, routed: r.routed}
+				groups[r] = g
 				order = append(order, g)
 			}
 			g.idx = append(g.idx, i)
@@ -280,7 +285,7 @@ func (n *Node) writeOps(ctx context.Context, t target, ops []storage.Op, wc writ
 		errs := make([]error, len(order))
 		write := func(gi int) {
 			g := order[gi]
-			errs[gi] = n.writeShard(ctx, t, g.shard, g.ops, wc, routed, func(res []storage.Result) {
+			errs[gi] = n.writeShard(ctx, t, g.shard, g.ops, wc, g.routed, func(res []storage.Result) {
 				for k, i := range g.idx {
 					results[i] = res[k]
 				}
@@ -316,8 +321,7 @@ func (n *Node) writeOps(ctx context.Context, t target, ops []storage.Op, wc writ
 				case h == nil || h.RecordEtag <= t.rec.Etag:
 					stale = true
 				case len(g.idx) == 1 && t.rec.Sharding.Shards[h.Shard] != nil:
-					hinted[g.idx[0]] = h.Shard
-					routed = max(routed, h.RecordEtag)
+					hinted[g.idx[0]] = *h
 				default:
 					waitFor = max(waitFor, h.RecordEtag)
 				}
@@ -347,10 +351,6 @@ func (n *Node) writeOps(ctx context.Context, t target, ops []storage.Op, wc writ
 		if rec := n.recordOf(t.rec.DatabaseName); rec != nil {
 			t.rec = rec
 		}
-		if t.rec.Etag >= routed {
-			clear(hinted) // this node's record knows at least as much
-		}
-		routed = max(routed, t.rec.Etag)
 	}
 }
 

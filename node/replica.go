@@ -25,8 +25,8 @@ type shardReplica interface {
 	node() string
 	get(ctx context.Context, ids []string, recordEtag uint64) ([]*storage.Document, error)
 	// write applies client writes. routed is the etag of the record the
-	// router chose this shard by: a replica whose own record is older waits
-	// for it before its write guard refuses a bucket.
+	// router chose this shard by: a replica whose own record is older
+	// trusts it (see guardWrites).
 	write(ctx context.Context, ops []storage.Op, wc writeConcern, routed uint64) ([]storage.Result, error)
 	query(ctx context.Context, q queryArgs) ([]*storage.Document, error)
 	stats(ctx context.Context) (replicaStats, error)
@@ -96,21 +96,7 @@ func (l *localReplica) get(_ context.Context, ids []string, recordEtag uint64) (
 func (l *localReplica) write(ctx context.Context, ops []storage.Op, wc writeConcern, routed uint64) ([]storage.Result, error) {
 	fence := l.n.replicas.fence(l.db, l.shard)
 	g := fence.enter()
-	err := l.n.guardWrites(l.db, l.shard, ops)
-	if err != nil && isNotOwned(err) {
-		// The router has a newer record (a flip this node has not applied
-		// yet): wait for this node to apply it rather than refuse and make
-		// the router retry.
-		if rec := l.n.recordOf(l.db); rec != nil && rec.Etag < routed {
-			fence.exit(g)
-			if werr := l.n.waitRecord(ctx, l.db, routed, maxRecordWait); werr != nil {
-				return nil, werr
-			}
-			g = fence.enter()
-			err = l.n.guardWrites(l.db, l.shard, ops)
-		}
-	}
-	if err != nil {
+	if err := l.n.guardWrites(l.db, l.shard, ops, routed); err != nil {
 		fence.exit(g)
 		return nil, err
 	}
@@ -243,7 +229,7 @@ type shardRequest struct {
 	From        uint32        `json:"From,omitempty"`
 	To          uint32        `json:"To,omitempty"`
 	Limit       int           `json:"Limit,omitempty"`
-	RecordEtag  uint64        `json:"RecordEtag,omitempty"` // the router's record (reads refuse stale views, writes wait for it)
+	RecordEtag  uint64        `json:"RecordEtag,omitempty"` // the router's record (reads refuse stale views, writes trust a newer one)
 }
 
 // wireDoc is a document on the bus: its body stays raw JSON.

@@ -21,10 +21,24 @@ func (n *Node) recordOf(db string) *raftfsm.DatabaseRecord {
 // guardWrites refuses client writes for buckets this shard does not own:
 // during a bucket move only the owner accepts writes, and a router holding
 // an older record retries with the new one.
-func (n *Node) guardWrites(db string, shard int, ops []storage.Op) error {
+//
+// routed is the etag of the record the router chose this shard by (0 if
+// unknown). When it is newer than this node's record, the router (or the
+// replica whose refusal it followed) has applied a later committed state
+// that gives these buckets to this shard, typically an ownership flip this
+// node has not applied yet: the write is accepted rather than refused or
+// held until this node's raft apply catches up. This admits nothing that
+// the newest committed record does not give to this shard. A source
+// replica is never let in this way after its flip: the router's newer
+// record would name the destination, and the source's own record is
+// newer than the router's once its sender has fenced.
+func (n *Node) guardWrites(db string, shard int, ops []storage.Op, routed uint64) error {
 	rec := n.recordOf(db)
 	if rec == nil {
 		return notFound("DatabaseDoesNotExist", "database %q does not exist", db)
+	}
+	if routed > rec.Etag {
+		return nil
 	}
 	for _, op := range ops {
 		if owner := rec.ShardOf(bucket.ForID(op.ID)); owner != shard {
@@ -36,10 +50,10 @@ func (n *Node) guardWrites(db string, shard int, ops []storage.Op) error {
 	return nil
 }
 
-// maxRecordWait bounds how long a replica waits for its record to catch up
-// with a router's before it refuses a write: raft applies on every node
-// within milliseconds when the cluster is healthy, and a node that lags
-// more lets the router try again.
+// maxRecordWait bounds how long a router waits for its record to catch up
+// with the one a refusal named before it routes a group of writes again:
+// raft applies on every node within milliseconds when the cluster is
+// healthy, and a node that lags more simply tries again.
 const maxRecordWait = time.Second
 
 // waitRecord waits until this node's record of db is at least etag (or db
