@@ -220,24 +220,7 @@ func (n *Node) handleApply(w http.ResponseWriter, r *http.Request) {
 		writeError(w, res.Err)
 		return
 	}
-	n.nudgeFollowers(f.Index(), res)
 	writeJSON(w, http.StatusOK, applyReply{Index: f.Index(), Duplicate: res.Duplicate})
-}
-
-// nudgeFollowers appends a raft barrier after this leader applied an
-// ownership flip (the command at index), so that the followers learn the
-// new commit index, and apply the flip, now: raft otherwise tells them
-// with its next entry, or after CommitTimeout (50-100 ms) when none
-// comes. Until a node applies the flip, writes into the bucket that it
-// routes, or that reach a destination replica on it, wait for it.
-func (n *Node) nudgeFollowers(index uint64, res raftfsm.Result) {
-	m, ok := res.Value.(*raftfsm.BucketMigration)
-	if !ok || m.Status != raftfsm.MigrationOwnershipTransferred || m.ConfirmationIndex != index {
-		return
-	}
-	// Only the append matters; the future is not waited for (it fails
-	// harmlessly if leadership moves meanwhile).
-	n.raft.r.Barrier(time.Second)
 }
 
 // remoteError turns a forwarded command's error answer back into the
@@ -309,7 +292,6 @@ func (n *Node) proposeOnce(ctx context.Context, cmd raftfsm.Command) (uint64, er
 			if res.Err != nil {
 				return 0, res.Err
 			}
-			n.nudgeFollowers(f.Index(), res)
 			return f.Index(), nil
 		}
 		if !errors.Is(err, raft.ErrNotLeader) && !errors.Is(err, raft.ErrLeadershipLost) {
