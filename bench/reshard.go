@@ -119,6 +119,12 @@ type ReshardFigures struct {
 	// what Excess* shows when the flip adds nothing.
 	NoiseP50Ms float64 `json:",omitempty"`
 	NoiseP99Ms float64 `json:",omitempty"`
+	// MidMoveExcessP50Ms / MidMoveExcessP99Ms are the same difference as
+	// Excess*, taken over a span as long as the flip's, centred between the
+	// migration's Moving event and its flip: the same bucket under the
+	// same move, without the flip.
+	MidMoveExcessP50Ms float64 `json:",omitempty"`
+	MidMoveExcessP99Ms float64 `json:",omitempty"`
 	// FlipSpanP50Ms / FlipSpanP99Ms are the spans between the first and the
 	// last node's flip event: how long the nodes disagree on the owner.
 	FlipSpanP50Ms float64 `json:",omitempty"`
@@ -663,10 +669,17 @@ func flipSpans(streams []*eventStream, op string) map[migKey][2]time.Time {
 // longest write of the control writers (clients [movers, 2*movers), which
 // write outside the moving range) in the same span; and, for the noise
 // floor, the longest write of the next as many writers.
-func (f *ReshardFigures) atFlip(writes []fgWrite, spans map[migKey][2]time.Time, movers int) {
-	var at, control, excess, noise, span []time.Duration
+func (f *ReshardFigures) atFlip(writes []fgWrite, spans map[migKey][2]time.Time, starts map[migKey]time.Time, movers int) {
+	var at, control, excess, noise, span, mid []time.Duration
 	for k, sp := range spans {
 		lo, hi := sp[0].Add(-flipSlack), sp[1].Add(flipSlack)
+		if st, ok := starts[k]; ok && st.Before(sp[0]) {
+			c := st.Add(sp[0].Sub(st) / 2)
+			half := hi.Sub(lo) / 2
+			if m, c, ok := longestIn(writes, k.bucket, movers, c.Add(-half), c.Add(half)); ok {
+				mid = append(mid, m-c)
+			}
+		}
 		var flip, ctl, ctl2 time.Duration
 		var seenFlip, seenCtl, seenCtl2 bool
 		for _, wr := range writes {
@@ -706,6 +719,32 @@ func (f *ReshardFigures) atFlip(writes []fgWrite, spans map[migKey][2]time.Time,
 	f.FlipExcessP50Ms, f.FlipExcessP99Ms, f.FlipExcessMaxMs = durationsMs(excess)
 	f.FlipSpanP50Ms, f.FlipSpanP99Ms, _ = durationsMs(span)
 	f.NoiseP50Ms, f.NoiseP99Ms, _ = durationsMs(noise)
+	f.MidMoveExcessP50Ms, f.MidMoveExcessP99Ms, _ = durationsMs(mid)
+}
+
+// longestIn returns the longest write into bucket b and the longest write
+// of the control writers (clients [movers, 2*movers)) in flight in
+// [lo, hi); ok is false unless both groups had one.
+func longestIn(writes []fgWrite, b uint32, movers int, lo, hi time.Time) (moving, control time.Duration, ok bool) {
+	var seenMoving, seenControl bool
+	for _, wr := range writes {
+		if !wr.start.Before(hi) {
+			break // sorted by start
+		}
+		if !wr.end.After(lo) {
+			continue
+		}
+		d := wr.end.Sub(wr.start)
+		switch {
+		case wr.moving && wr.bucket == b:
+			seenMoving = true
+			moving = max(moving, d)
+		case !wr.moving && wr.client >= movers && wr.client < 2*movers:
+			seenControl = true
+			control = max(control, d)
+		}
+	}
+	return moving, control, seenMoving && seenControl
 }
 
 // fgResult is one phase of the foreground load.
@@ -847,7 +886,13 @@ func (r *run) reshardForeground(ctx context.Context) []Row {
 	}
 	fig.FlipsWithWrites = len(pauses)
 	fig.FlipPauseP50Ms, fig.FlipPauseP99Ms, fig.FlipPauseMaxMs = durationsMs(pauses)
-	fig.atFlip(busy.writes, flipSpans(streams, id), movers)
+	starts := map[migKey]time.Time{}
+	for _, t := range ts {
+		if t.FirstStep == stepMoving {
+			starts[migKey{t.Bucket, t.Index}] = t.Start
+		}
+	}
+	fig.atFlip(busy.writes, flipSpans(streams, id), starts, movers)
 	fig.MovingWrites = int64(len(movingLat))
 	_, fig.MovingWritesP99Ms, _ = durationsMs(movingLat)
 	fig.Timed = len(per)
@@ -865,14 +910,14 @@ func (r *run) reshardForeground(ctx context.Context) []Row {
 		rows[i] = makeRow(w, sys, "ops/s", &s, nil, "")
 	}
 	rows[0].Reshard = fig
-	rows[0].Note = fmt.Sprintf("%d clients' durable PUTs of ~1 KiB (%d into the bucket migrating now, %d outside the moving range) during a move of %d non-empty buckets (+%d empty) shard 0→2, %.1f s (per bucket p50 %.1f ms; process CPU %.2f cores); flip pause, per flip the longest write into the flipping bucket in flight while the nodes applied the flip (first to last node's event ±%d ms, span p50 %.1f / p99 %.1f ms): p50 %.1f / p99 %.1f / max %.1f ms, against %.1f / %.1f ms for %d writers outside the moving range in the same spans, so the flip adds p50 %.1f / p99 %.1f / max %.1f ms (%d flips; the same difference between two such groups of writers, the noise floor: p50 %.1f / p99 %.1f ms); old definition (longest write into the flipping bucket within ±%d ms of OwnershipTransferred) p50 %.1f / p99 %.1f / max %.1f ms over %d of %d flips; writes into moving buckets p99 %.1f ms; %d-node in-process cluster, RF %d",
+	rows[0].Note = fmt.Sprintf("%d clients' durable PUTs of ~1 KiB (%d into the bucket migrating now, %d outside the moving range) during a move of %d non-empty buckets (+%d empty) shard 0→2, %.1f s (per bucket p50 %.1f ms; process CPU %.2f cores); flip pause, per flip the longest write into the flipping bucket in flight while the nodes applied the flip (first to last node's event ±%d ms, span p50 %.1f / p99 %.1f ms): p50 %.1f / p99 %.1f / max %.1f ms, against %.1f / %.1f ms for %d writers outside the moving range in the same spans, so the flip adds p50 %.1f / p99 %.1f / max %.1f ms (%d flips; the same difference between two such groups of writers, the noise floor: p50 %.1f / p99 %.1f ms; the same difference for the same bucket halfway between Moving and the flip, the move without the flip: p50 %.1f / p99 %.1f ms); old definition (longest write into the flipping bucket within ±%d ms of OwnershipTransferred) p50 %.1f / p99 %.1f / max %.1f ms over %d of %d flips; writes into moving buckets p99 %.1f ms; %d-node in-process cluster, RF %d",
 		clients, movers, clients-movers, n, fig.EmptyBuckets, fig.TotalSeconds, fig.BucketP50Ms, fig.CPUCores,
 		flipSlack.Milliseconds(), fig.FlipSpanP50Ms, fig.FlipSpanP99Ms, fig.AtFlipP50Ms, fig.AtFlipP99Ms, fig.AtFlipMaxMs, fig.ControlP50Ms, fig.ControlP99Ms, movers,
-		fig.FlipExcessP50Ms, fig.FlipExcessP99Ms, fig.FlipExcessMaxMs, fig.FlipsMeasured, fig.NoiseP50Ms, fig.NoiseP99Ms, flipWindow.Milliseconds(),
+		fig.FlipExcessP50Ms, fig.FlipExcessP99Ms, fig.FlipExcessMaxMs, fig.FlipsMeasured, fig.NoiseP50Ms, fig.NoiseP99Ms, fig.MidMoveExcessP50Ms, fig.MidMoveExcessP99Ms, flipWindow.Milliseconds(),
 		fig.FlipPauseP50Ms, fig.FlipPauseP99Ms, fig.FlipPauseMaxMs, fig.FlipsWithWrites, fig.Flips, fig.MovingWritesP99Ms, reshardNodes, reshardRF)
 	rows[1].Note = fmt.Sprintf("the same load on the same cluster for %.0f s before the move (movers write into random buckets of the range); sn/base = with move / without", dur.Seconds())
-	r.logf("%-12s %-10s %d writes in %.1fs during the move; flip pause p99 %.1f ms, control %.1f ms, added p50 %.1f / p99 %.1f ms (%d flips; noise floor p50 %.1f / p99 %.1f ms); old definition p99 %.1f ms", w, sysShardnode, len(busy.writes), busy.elapsed.Seconds(),
-		fig.AtFlipP99Ms, fig.ControlP99Ms, fig.FlipExcessP50Ms, fig.FlipExcessP99Ms, fig.FlipsMeasured, fig.NoiseP50Ms, fig.NoiseP99Ms, fig.FlipPauseP99Ms)
+	r.logf("%-12s %-10s %d writes in %.1fs during the move; flip pause p99 %.1f ms, control %.1f ms, added p50 %.1f / p99 %.1f ms (%d flips; noise floor p50 %.1f / p99 %.1f ms; mid-move p50 %.1f / p99 %.1f ms); old definition p99 %.1f ms", w, sysShardnode, len(busy.writes), busy.elapsed.Seconds(),
+		fig.AtFlipP99Ms, fig.ControlP99Ms, fig.FlipExcessP50Ms, fig.FlipExcessP99Ms, fig.FlipsMeasured, fig.NoiseP50Ms, fig.NoiseP99Ms, fig.MidMoveExcessP50Ms, fig.MidMoveExcessP99Ms, fig.FlipPauseP99Ms)
 	return rows
 }
 
