@@ -63,6 +63,16 @@ type apiError struct {
 	Status int
 	Type   string
 	Msg    string
+	// Owner, on a BucketNotOwned refusal, is what the refusing replica's
+	// record says, so the router can go to the new owner at once.
+	Owner *ownerHint
+}
+
+// ownerHint names the shard that owns a refused write's bucket and the
+// etag of the record that says so.
+type ownerHint struct {
+	Shard      int
+	RecordEtag uint64
 }
 
 func (e *apiError) Error() string { return e.Msg }

@@ -259,9 +259,10 @@ func (n *Node) handleDeleteDoc(w http.ResponseWriter, r *http.Request) {
 // different shards commit independently.
 func (n *Node) writeOps(ctx context.Context, t target, ops []storage.Op, wc writeConcern) ([]storage.Result, error) {
 	type group struct {
-		shard int
-		idx   []int
-		ops   []storage.Op
+		shard  int
+		routed uint64 // the etag of the record that gives these ops to shard
+		idx    []int
+		ops    []storage.Op
 	}
 	results := make([]storage.Result, len(ops))
 	pending := make([]int, len(ops))
@@ -269,16 +270,28 @@ func (n *Node) writeOps(ctx context.Context, t target, ops []storage.Op, wc writ
 		pending[i] = i
 	}
 	// A shard refuses writes for buckets it no longer owns (a move just
-	// flipped them): wait for the newer record and route those again.
+	// flipped them), naming the owner by its newer record. A single write
+	// goes to that owner at once, telling it which record says so (the
+	// owner accepts it even before applying that record itself); a group
+	// waits until this node applied it and is grouped again.
+	type route struct {
+		shard  int
+		routed uint64
+	}
+	hinted := map[int]ownerHint{} // op index → owner a refusal named
 	for attempt := 0; ; attempt++ {
-		groups := map[int]*group{}
+		groups := map[route]*group{}
 		var order []*group
 		for _, i := range pending {
 			_, shard := shardFor(t, ops[i].ID)
-			g, ok := groups[shard]
+			r := route{shard, t.rec.Etag}
+			if h, ok := hinted[i]; ok && h.RecordEtag > t.rec.Etag {
+				r = route{h.Shard, h.RecordEtag}
+			}
+			g, ok := groups[r]
 			if !ok {
-				g = &group{shard: shard}
-				groups[shard] = g
+				g = &group{shard: r.shard, routed: r.routed}
+				groups[r] = g
 				order = append(order, g)
 			}
 			g.idx = append(g.idx, i)
@@ -287,7 +300,7 @@ func (n *Node) writeOps(ctx context.Context, t target, ops []storage.Op, wc writ
 		errs := make([]error, len(order))
 		write := func(gi int) {
 			g := order[gi]
-			errs[gi] = n.writeShard(ctx, t, g.shard, g.ops, wc, func(res []storage.Result) {
+			errs[gi] = n.writeShard(ctx, t, g.shard, g.ops, wc, g.routed, func(res []storage.Result) {
 				for k, i := range g.idx {
 					results[i] = res[k]
 				}
@@ -308,11 +321,25 @@ func (n *Node) writeOps(ctx context.Context, t target, ops []storage.Op, wc writ
 		wg.Wait()
 		pending = pending[:0]
 		var failed []error
+		var waitFor uint64 // a record etag this node must reach first
+		stale := false     // a refusal no newer than this node's record
 		for gi, err := range errs {
 			switch {
 			case err == nil:
 			case isNotOwned(err) && attempt < maxRerouteAttempts && t.shard < 0:
-				pending = append(pending, order[gi].idx...)
+				g := order[gi]
+				pending = append(pending, g.idx...)
+				var ae *apiError
+				errors.As(err, &ae)
+				h := ae.Owner
+				switch {
+				case h == nil || h.RecordEtag <= t.rec.Etag:
+					stale = true
+				case len(g.idx) == 1 && t.rec.Sharding.Shards[h.Shard] != nil:
+					hinted[g.idx[0]] = *h
+				default:
+					waitFor = max(waitFor, h.RecordEtag)
+				}
 			default:
 				failed = append(failed, err)
 			}
@@ -324,8 +351,17 @@ func (n *Node) writeOps(ctx context.Context, t target, ops []storage.Op, wc writ
 			return results, nil
 		}
 		sort.Ints(pending)
-		if err := n.waitNewerRecord(ctx, t.rec, rerouteWait(attempt)); err != nil {
-			return nil, err
+		if waitFor > 0 {
+			if err := n.waitRecord(ctx, t.rec.DatabaseName, waitFor, maxRecordWait); err != nil {
+				return nil, err
+			}
+		}
+		if stale {
+			// The refusing replica is not ahead of this node: it lags, or
+			// this node is about to apply a newer record.
+			if err := n.waitNewerRecord(ctx, t.rec, rerouteWait(attempt)); err != nil {
+				return nil, err
+			}
 		}
 		if rec := n.recordOf(t.rec.DatabaseName); rec != nil {
 			t.rec = rec
@@ -579,13 +615,13 @@ func appendBulkResult(out []byte, r storage.Result) []byte {
 }
 
 // writeShard writes one shard's group through a replica of that shard.
-func (n *Node) writeShard(ctx context.Context, t target, shard int, ops []storage.Op, wc writeConcern, done func([]storage.Result)) error {
+func (n *Node) writeShard(ctx context.Context, t target, shard int, ops []storage.Op, wc writeConcern, routed uint64, done func([]storage.Result)) error {
 	var extra time.Duration
 	if wc.Replicas > 1 {
 		extra = wc.Timeout
 	}
 	err := n.onShardWithin(ctx, t, shard, false, extra, func(ctx context.Context, rep shardReplica) error {
-		res, err := rep.write(ctx, ops, wc)
+		res, err := rep.write(ctx, ops, wc, routed)
 		if err != nil {
 			return err
 		}

@@ -24,7 +24,10 @@ import (
 type shardReplica interface {
 	node() string
 	get(ctx context.Context, ids []string, recordEtag uint64) ([]*storage.Document, error)
-	write(ctx context.Context, ops []storage.Op, wc writeConcern) ([]storage.Result, error)
+	// write applies client writes. routed is the etag of the record the
+	// router chose this shard by: a replica whose own record is older
+	// trusts it (see guardWrites).
+	write(ctx context.Context, ops []storage.Op, wc writeConcern, routed uint64) ([]storage.Result, error)
 	query(ctx context.Context, q queryArgs) ([]*storage.Document, error)
 	stats(ctx context.Context) (replicaStats, error)
 	bucket(ctx context.Context, b uint32, maxIDs int) (bucketInfo, error)
@@ -90,15 +93,15 @@ func (l *localReplica) get(_ context.Context, ids []string, recordEtag uint64) (
 	return out, nil
 }
 
-func (l *localReplica) write(ctx context.Context, ops []storage.Op, wc writeConcern) ([]storage.Result, error) {
+func (l *localReplica) write(ctx context.Context, ops []storage.Op, wc writeConcern, routed uint64) ([]storage.Result, error) {
 	fence := l.n.replicas.fence(l.db, l.shard)
-	fence.RLock()
-	if err := l.n.guardWrites(l.db, l.shard, ops); err != nil {
-		fence.RUnlock()
+	g := fence.enter()
+	if err := l.n.guardWrites(l.db, l.shard, ops, routed); err != nil {
+		fence.exit(g)
 		return nil, err
 	}
 	res, err := l.s.Write(ctx, ops)
-	fence.RUnlock()
+	fence.exit(g)
 	if err != nil || wc.Replicas <= 1 {
 		return res, err
 	}
@@ -226,7 +229,7 @@ type shardRequest struct {
 	From        uint32        `json:"From,omitempty"`
 	To          uint32        `json:"To,omitempty"`
 	Limit       int           `json:"Limit,omitempty"`
-	RecordEtag  uint64        `json:"RecordEtag,omitempty"` // the router's record (reads refuse stale views)
+	RecordEtag  uint64        `json:"RecordEtag,omitempty"` // the router's record (reads refuse stale views, writes trust a newer one)
 }
 
 // wireDoc is a document on the bus: its body stays raw JSON.
@@ -294,13 +297,13 @@ func (r *remoteReplica) get(ctx context.Context, ids []string, recordEtag uint64
 	return fromWireDocs(docs), nil
 }
 
-func (r *remoteReplica) write(ctx context.Context, ops []storage.Op, wc writeConcern) ([]storage.Result, error) {
+func (r *remoteReplica) write(ctx context.Context, ops []storage.Op, wc writeConcern, routed uint64) ([]storage.Result, error) {
 	w := make([]wireOp, len(ops))
 	for i, op := range ops {
 		w[i] = wireOp{op.Kind, op.ID, op.Collection, op.Body, op.IfMatch}
 	}
 	var res []storage.Result
-	err := r.n.call(ctx, r.tag, "shard.write", shardRequest{DB: r.db, Shard: r.shard, Ops: w, WaitFor: wc.Replicas, WaitTimeout: wc.Timeout}, &res)
+	err := r.n.call(ctx, r.tag, "shard.write", shardRequest{DB: r.db, Shard: r.shard, Ops: w, WaitFor: wc.Replicas, WaitTimeout: wc.Timeout, RecordEtag: routed}, &res)
 	return res, err
 }
 
@@ -366,7 +369,7 @@ func (n *Node) registerShardRPC() {
 				return nil, badRequest("op %d: kind %d is not a client write", i, o.Kind)
 			}
 		}
-		return l.write(ctx, ops, writeConcern{Replicas: req.WaitFor, Timeout: req.WaitTimeout})
+		return l.write(ctx, ops, writeConcern{Replicas: req.WaitFor, Timeout: req.WaitTimeout}, req.RecordEtag)
 	}
 	n.rpcHandlers["shard.query"] = func(ctx context.Context, data []byte) (any, error) {
 		l, req, err := local(data)

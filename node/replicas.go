@@ -44,7 +44,7 @@ type replicaSet struct {
 	stores     map[replicaKey]*storage.Store
 	reps       map[replicaKey]*replication.Replicator
 	agents     map[replicaKey]io.Closer
-	fences     map[replicaKey]*sync.RWMutex
+	fences     map[replicaKey]*writeFence
 	purged     map[replicaKey]uint64 // highest ConfirmationIndex whose purge began
 	reconciled uint64                // raft index the set last reconciled to
 	changed    chan struct{}         // closed and replaced at each reconcile
@@ -52,19 +52,19 @@ type replicaSet struct {
 
 func newReplicaSet(dir, tag string, cache *pebble.Cache, transport replication.Transport, logger *slog.Logger) *replicaSet {
 	return &replicaSet{dir: dir, tag: tag, cache: cache, transport: transport, logger: logger,
-		stores: map[replicaKey]*storage.Store{}, reps: map[replicaKey]*replication.Replicator{}, agents: map[replicaKey]io.Closer{}, fences: map[replicaKey]*sync.RWMutex{}, purged: map[replicaKey]uint64{}, changed: make(chan struct{})}
+		stores: map[replicaKey]*storage.Store{}, reps: map[replicaKey]*replication.Replicator{}, agents: map[replicaKey]io.Closer{}, fences: map[replicaKey]*writeFence{}, purged: map[replicaKey]uint64{}, changed: make(chan struct{})}
 }
 
-// fence returns the lock that client writes to a replica hold (shared)
-// from their ownership check until their commit, so a bucket's sender can
-// wait out writes that passed the check before a flip.
-func (rs *replicaSet) fence(db string, shard int) *sync.RWMutex {
+// fence returns the fence that client writes to a replica are inside from
+// their ownership check until their commit, so a bucket's sender can wait
+// out writes that passed the check before a flip.
+func (rs *replicaSet) fence(db string, shard int) *writeFence {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	k := replicaKey{db, shard}
 	f, ok := rs.fences[k]
 	if !ok {
-		f = &sync.RWMutex{}
+		f = &writeFence{}
 		rs.fences[k] = f
 	}
 	return f

@@ -67,10 +67,11 @@ func (c reshardCluster) NotePurge(db string, shard int, index uint64) {
 	c.n.replicas.notePurge(db, shard, index)
 }
 
-func (c reshardCluster) FenceWrites(db string, shard int) {
-	f := c.n.replicas.fence(db, shard)
-	f.Lock()
-	f.Unlock() //nolint:staticcheck // an empty critical section is the point: wait for readers
+func (c reshardCluster) FenceWrites(ctx context.Context, db string, shard int) error {
+	if err := c.n.replicas.fence(db, shard).wait(ctx); err != nil {
+		return fmt.Errorf("wait for the writes to shard %d of %q that passed the write guard: %w", shard, db, err)
+	}
+	return nil
 }
 
 func (c reshardCluster) WaitAllApplied(ctx context.Context, index uint64) error {

@@ -21,18 +21,61 @@ func (n *Node) recordOf(db string) *raftfsm.DatabaseRecord {
 // guardWrites refuses client writes for buckets this shard does not own:
 // during a bucket move only the owner accepts writes, and a router holding
 // an older record retries with the new one.
-func (n *Node) guardWrites(db string, shard int, ops []storage.Op) error {
+//
+// routed is the etag of the record the router chose this shard by (0 if
+// unknown). When it is newer than this node's record, the router (or the
+// replica whose refusal it followed) has applied a later committed state
+// that gives these buckets to this shard, typically an ownership flip this
+// node has not applied yet: the write is accepted rather than refused or
+// held until this node's raft apply catches up. This admits nothing that
+// the newest committed record does not give to this shard. A source
+// replica is never let in this way after its flip: the router's newer
+// record would name the destination, and the source's own record is
+// newer than the router's once its sender has fenced.
+func (n *Node) guardWrites(db string, shard int, ops []storage.Op, routed uint64) error {
 	rec := n.recordOf(db)
 	if rec == nil {
 		return notFound("DatabaseDoesNotExist", "database %q does not exist", db)
 	}
+	if routed > rec.Etag {
+		return nil
+	}
 	for _, op := range ops {
 		if owner := rec.ShardOf(bucket.ForID(op.ID)); owner != shard {
 			return &apiError{Status: http.StatusMisdirectedRequest, Type: "BucketNotOwned",
-				Msg: fmt.Sprintf("shard %d does not own the bucket of %q (shard %d does, record etag %d)", shard, op.ID, owner, rec.Etag)}
+				Msg:   fmt.Sprintf("shard %d does not own the bucket of %q (shard %d does, record etag %d)", shard, op.ID, owner, rec.Etag),
+				Owner: &ownerHint{Shard: owner, RecordEtag: rec.Etag}}
 		}
 	}
 	return nil
+}
+
+// maxRecordWait bounds how long a router waits for its record to catch up
+// with the one a refusal named before it routes a group of writes again:
+// raft applies on every node within milliseconds when the cluster is
+// healthy, and a node that lags more simply tries again.
+const maxRecordWait = time.Second
+
+// waitRecord waits until this node's record of db is at least etag (or db
+// is gone), at most max; it wakes on raft applies. It fails only when ctx
+// ends.
+func (n *Node) waitRecord(ctx context.Context, db string, etag uint64, max time.Duration) error {
+	ch, stop := n.fsm.Watch()
+	defer stop()
+	t := time.NewTimer(max)
+	defer t.Stop()
+	for {
+		if cur := n.recordOf(db); cur == nil || cur.Etag >= etag {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-t.C:
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("wait for record etag %d of %q: %w", etag, db, ctx.Err())
+		}
+	}
 }
 
 // Per-attempt deadlines: one dead replica must not use up a request's time.

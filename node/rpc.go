@@ -15,7 +15,8 @@ import (
 // Node-to-node requests travel over NATS request/reply: each node
 // subscribes to one subject, sn.<cluster>.rpc.<tag>, and the "Op" header
 // picks the handler. Replies carry "Status" (an HTTP status), and on
-// failure "Error-Type" and the message as the body.
+// failure "Error-Type" and the message as the body (a BucketNotOwned
+// refusal adds "Owner-Shard" and "Owner-Etag").
 
 // errUnreachable means no node answered: nothing was executed, so the
 // caller may try another replica.
@@ -76,6 +77,10 @@ func (n *Node) handleRPC(ctx context.Context, m *nats.Msg) {
 		ae := toAPIError(err)
 		reply.Header.Set("Status", strconv.Itoa(ae.Status))
 		reply.Header.Set("Error-Type", ae.Type)
+		if ae.Owner != nil {
+			reply.Header.Set("Owner-Shard", strconv.Itoa(ae.Owner.Shard))
+			reply.Header.Set("Owner-Etag", strconv.FormatUint(ae.Owner.RecordEtag, 10))
+		}
 		reply.Data = []byte(ae.Msg)
 	} else {
 		reply.Header.Set("Status", "200")
@@ -157,7 +162,13 @@ func (n *Node) callRaw(ctx context.Context, tag, op string, data []byte) ([]byte
 		if code == 0 {
 			code = http.StatusBadGateway
 		}
-		return nil, &apiError{Status: code, Type: reply.Header.Get("Error-Type"), Msg: string(reply.Data)}
+		ae := &apiError{Status: code, Type: reply.Header.Get("Error-Type"), Msg: string(reply.Data)}
+		shard, serr := strconv.Atoi(reply.Header.Get("Owner-Shard"))
+		etag, eerr := strconv.ParseUint(reply.Header.Get("Owner-Etag"), 10, 64)
+		if serr == nil && eerr == nil {
+			ae.Owner = &ownerHint{Shard: shard, RecordEtag: etag}
+		}
+		return nil, ae
 	}
 	return reply.Data, nil
 }

@@ -304,7 +304,9 @@ func (a *Agent) send(ctx context.Context, m raftfsm.BucketMigration) error {
 			// Writes that passed the write guard before this node applied
 			// the flip may still be committing: wait for them, then send
 			// them in this last pass.
-			a.c.FenceWrites(a.db, a.shard)
+			if err := a.c.FenceWrites(ctx, a.db, a.shard); err != nil {
+				return err
+			}
 		}
 		n, next, err := s.tail(ctx, feed)
 		if err != nil {

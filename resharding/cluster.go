@@ -33,8 +33,10 @@ type Cluster interface {
 	// on, because the replica no longer holds what they expect.
 	NotePurge(db string, shard int, index uint64)
 	// FenceWrites returns once every client write to db's local shard
-	// replica that passed the ownership check before the call committed.
-	FenceWrites(db string, shard int)
+	// replica that passed the ownership check before the call committed,
+	// or with an error when ctx ends first. Writes arriving meanwhile are
+	// not held back.
+	FenceWrites(ctx context.Context, db string, shard int) error
 	// Failpoint pauses at a named step when a fault test configured it
 	// (debug.failpoints); otherwise it returns at once.
 	Failpoint(ctx context.Context, name string)
