@@ -2,21 +2,56 @@ package testcluster
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net"
+	"os"
+	"strconv"
+	"strings"
 	"testing"
 )
 
 // freePort returns a loopback port that was free a moment ago. Ports are
 // chosen once per member and kept across restarts, because raft and NATS
 // routes remember addresses.
+//
+// The port is drawn at random below the kernel's ephemeral range: a port
+// the kernel hands out for ":0" is also a candidate source port of every
+// outgoing connection on the machine, so between picking it and the node
+// binding it, some client's connection (another test's, a benchmark's)
+// could take it. Random ports below that range are never given out that
+// way; two test processes collide only by drawing the same number.
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("pick a free port: %v", err)
+	lo := ephemeralLow()
+	for range 200 {
+		port := 10000 + rand.IntN(lo-10000)
+		l, err := net.Listen("tcp", addr(port))
+		if err != nil {
+			continue
+		}
+		_ = l.Close()
+		return port
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	t.Fatalf("pick a free port: no free port found in 10000..%d", lo-1)
+	return 0
+}
+
+// ephemeralLow is the lowest port of the kernel's ephemeral range (32768
+// when it cannot be read).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 32768
+	}
+	lo, err := strconv.Atoi(f[0])
+	if err != nil || lo <= 11000 {
+		return 32768
+	}
+	return lo
 }
 
 func addr(port int) string { return fmt.Sprintf("127.0.0.1:%d", port) }
