@@ -202,7 +202,12 @@ func (l *localReplica) migrate(ctx context.Context, b *resharding.Batch) error {
 }
 
 func (r *remoteReplica) migrate(ctx context.Context, b *resharding.Batch) error {
-	return r.n.call(ctx, r.tag, "migration.batch", b, nil)
+	data, err := b.MarshalBinary()
+	if err != nil {
+		return fmt.Errorf("encode migration batch: %w", err)
+	}
+	_, err = r.n.callRaw(ctx, r.tag, "migration.batch", data)
+	return err
 }
 
 // remoteReplica reaches a replica on another node over the bus.
@@ -418,15 +423,15 @@ func (n *Node) registerShardRPC() {
 		return replication.ProgressReply{Etag: l.s.ReplicationProgress(req.Source)}, nil
 	}
 	n.rpcHandlers["repl.batch"] = func(ctx context.Context, data []byte) (any, error) {
-		var b replication.Batch
-		if err := json.Unmarshal(data, &b); err != nil {
+		b, err := replication.DecodeBatch(data)
+		if err != nil {
 			return nil, badRequest("decode replication batch: %v", err)
 		}
 		l, err := n.local(b.DB, b.Shard)
 		if err != nil {
 			return nil, err
 		}
-		etag, err := replication.Apply(ctx, l.s, &b)
+		etag, err := replication.Apply(ctx, l.s, b)
 		return replication.ProgressReply{Etag: etag}, err
 	}
 }
@@ -469,11 +474,21 @@ func (t busTransport) Progress(ctx context.Context, peer string, req *replicatio
 }
 
 func (t busTransport) Send(ctx context.Context, peer string, b *replication.Batch) (uint64, error) {
-	var r replication.ProgressReply
+	data, err := b.MarshalBinary()
+	if err != nil {
+		return 0, fmt.Errorf("encode replication batch: %w", err)
+	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	err := t.n.call(ctx, peer, "repl.batch", b, &r)
-	return r.Etag, err
+	raw, err := t.n.callRaw(ctx, peer, "repl.batch", data)
+	if err != nil {
+		return 0, err
+	}
+	var r replication.ProgressReply
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return 0, fmt.Errorf("decode repl.batch reply from %s: %w", peer, err)
+	}
+	return r.Etag, nil
 }
 
 // retryable reports whether a failed shard request surely did not execute,

@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -112,15 +111,15 @@ func (n *Node) waitAllApplied(ctx context.Context, index uint64) error {
 
 func (n *Node) registerMigrationRPC() {
 	n.rpcHandlers["migration.batch"] = func(ctx context.Context, data []byte) (any, error) {
-		var b resharding.Batch
-		if err := json.Unmarshal(data, &b); err != nil {
+		b, err := resharding.DecodeBatch(data)
+		if err != nil {
 			return nil, badRequest("decode migration batch: %v", err)
 		}
 		l, err := n.local(b.DB, b.Shard)
 		if err != nil {
 			return nil, err
 		}
-		return struct{}{}, l.migrate(ctx, &b)
+		return struct{}{}, l.migrate(ctx, b)
 	}
 }
 
