@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -39,9 +40,40 @@ func (c reshardCluster) SendBatch(ctx context.Context, b *resharding.Batch) erro
 	if rec == nil {
 		return fmt.Errorf("database %q is gone", b.DB)
 	}
-	return c.n.onShard(ctx, target{rec: rec, shard: -1}, b.Shard, false, func(ctx context.Context, rep shardReplica) error {
-		return rep.migrate(ctx, b)
-	})
+	topo, ok := rec.Sharding.Shards[b.Shard]
+	if !ok {
+		return notFound("ShardDoesNotExist", "database %q has no shard %d", b.DB, b.Shard)
+	}
+	var up []string
+	for _, m := range topo.Members {
+		if c.n.health.up(m) {
+			up = append(up, m)
+		}
+	}
+	if len(up) == 0 { // try them all in turn, as for a write
+		return c.n.onShard(ctx, target{rec: rec, shard: -1}, b.Shard, false, func(ctx context.Context, rep shardReplica) error {
+			return rep.migrate(ctx, b)
+		})
+	}
+	// Every reachable replica stores the batch at once: each confirms from
+	// its own commits instead of waiting for intra-shard replication to
+	// bring the whole bucket from the one that got it.
+	errs := make([]error, len(up))
+	var wg sync.WaitGroup
+	for i, tag := range up {
+		wg.Go(func() {
+			errs[i] = c.n.attempt(ctx, b.DB, b.Shard, tag, false, 0, func(ctx context.Context, rep shardReplica) error {
+				return rep.migrate(ctx, b)
+			})
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err == nil {
+			return nil // the others get the items by replication
+		}
+	}
+	return fmt.Errorf("migration batch of bucket %d to shard %d: no replica stored it: %w", b.Bucket, b.Shard, errors.Join(errs...))
 }
 
 func (c reshardCluster) Failpoint(ctx context.Context, name string) {
