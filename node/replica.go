@@ -201,10 +201,27 @@ func (l *localReplica) migrate(ctx context.Context, b *resharding.Batch) error {
 	return resharding.ApplyBatch(ctx, l.s, b)
 }
 
+// busMessageSlack leaves room in a bus message for the request's headers.
+const busMessageSlack = 4 << 10
+
 func (r *remoteReplica) migrate(ctx context.Context, b *resharding.Batch) error {
 	data, err := b.MarshalBinary()
 	if err != nil {
 		return fmt.Errorf("encode migration batch: %w", err)
+	}
+	// An external NATS may allow less than a batch (1 MiB by default):
+	// send it in halves. A failure fails the whole batch, which the sender
+	// sends again; items already stored are no-ops then.
+	if limit := r.n.bus.nc.MaxPayload() - busMessageSlack; int64(len(data)) > limit && len(b.Items) > 1 {
+		half := len(b.Items) / 2
+		for _, items := range [][]replication.Item{b.Items[:half], b.Items[half:]} {
+			part := *b
+			part.Items = items
+			if err := r.migrate(ctx, &part); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	_, err = r.n.callRaw(ctx, r.tag, "migration.batch", data)
 	return err
