@@ -205,26 +205,44 @@ func (l *localReplica) migrate(ctx context.Context, b *resharding.Batch) error {
 const busMessageSlack = 4 << 10
 
 func (r *remoteReplica) migrate(ctx context.Context, b *resharding.Batch) error {
+	// An external NATS may allow less than a batch (1 MiB by default): the
+	// batch goes in parts. A failure fails the whole batch, which the
+	// sender sends again; items already stored are no-ops then.
+	parts, err := encodeMigrationParts(b, r.n.bus.nc.MaxPayload()-busMessageSlack)
+	if err != nil {
+		return err
+	}
+	for _, data := range parts {
+		if _, err := r.n.callRaw(ctx, r.tag, "migration.batch", data); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// encodeMigrationParts encodes b as one message, or as several of at most
+// limit bytes each (halving the items until they fit; a single item that
+// does not fit goes alone), in item order.
+func encodeMigrationParts(b *resharding.Batch, limit int64) ([][]byte, error) {
 	data, err := b.MarshalBinary()
 	if err != nil {
-		return fmt.Errorf("encode migration batch: %w", err)
+		return nil, fmt.Errorf("encode migration batch: %w", err)
 	}
-	// An external NATS may allow less than a batch (1 MiB by default):
-	// send it in halves. A failure fails the whole batch, which the sender
-	// sends again; items already stored are no-ops then.
-	if limit := r.n.bus.nc.MaxPayload() - busMessageSlack; int64(len(data)) > limit && len(b.Items) > 1 {
-		half := len(b.Items) / 2
-		for _, items := range [][]replication.Item{b.Items[:half], b.Items[half:]} {
-			part := *b
-			part.Items = items
-			if err := r.migrate(ctx, &part); err != nil {
-				return err
-			}
+	if int64(len(data)) <= limit || len(b.Items) <= 1 {
+		return [][]byte{data}, nil
+	}
+	half := len(b.Items) / 2
+	var parts [][]byte
+	for _, items := range [][]replication.Item{b.Items[:half], b.Items[half:]} {
+		part := *b
+		part.Items = items
+		p, err := encodeMigrationParts(&part, limit)
+		if err != nil {
+			return nil, err
 		}
-		return nil
+		parts = append(parts, p...)
 	}
-	_, err = r.n.callRaw(ctx, r.tag, "migration.batch", data)
-	return err
+	return parts, nil
 }
 
 // remoteReplica reaches a replica on another node over the bus.
