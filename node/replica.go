@@ -204,8 +204,48 @@ func (l *localReplica) migrate(ctx context.Context, b *resharding.Batch) error {
 	return resharding.ApplyBatch(ctx, l.s, b)
 }
 
+// busMessageSlack leaves room in a bus message for the request's headers.
+const busMessageSlack = 4 << 10
+
 func (r *remoteReplica) migrate(ctx context.Context, b *resharding.Batch) error {
-	return r.n.call(ctx, r.tag, "migration.batch", b, nil)
+	// An external NATS may allow less than a batch (1 MiB by default): the
+	// batch goes in parts. A failure fails the whole batch, which the
+	// sender sends again; items already stored are no-ops then.
+	parts, err := encodeMigrationParts(b, r.n.bus.nc.MaxPayload()-busMessageSlack)
+	if err != nil {
+		return err
+	}
+	for _, data := range parts {
+		if _, err := r.n.callRaw(ctx, r.tag, "migration.batch", data); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// encodeMigrationParts encodes b as one message, or as several of at most
+// limit bytes each (halving the items until they fit; a single item that
+// does not fit goes alone), in item order.
+func encodeMigrationParts(b *resharding.Batch, limit int64) ([][]byte, error) {
+	data, err := b.MarshalBinary()
+	if err != nil {
+		return nil, fmt.Errorf("encode migration batch: %w", err)
+	}
+	if int64(len(data)) <= limit || len(b.Items) <= 1 {
+		return [][]byte{data}, nil
+	}
+	half := len(b.Items) / 2
+	var parts [][]byte
+	for _, items := range [][]replication.Item{b.Items[:half], b.Items[half:]} {
+		part := *b
+		part.Items = items
+		p, err := encodeMigrationParts(&part, limit)
+		if err != nil {
+			return nil, err
+		}
+		parts = append(parts, p...)
+	}
+	return parts, nil
 }
 
 // remoteReplica reaches a replica on another node over the bus.
@@ -421,15 +461,15 @@ func (n *Node) registerShardRPC() {
 		return replication.ProgressReply{Etag: l.s.ReplicationProgress(req.Source)}, nil
 	}
 	n.rpcHandlers["repl.batch"] = func(ctx context.Context, data []byte) (any, error) {
-		var b replication.Batch
-		if err := json.Unmarshal(data, &b); err != nil {
+		b, err := replication.DecodeBatch(data)
+		if err != nil {
 			return nil, badRequest("decode replication batch: %v", err)
 		}
 		l, err := n.local(b.DB, b.Shard)
 		if err != nil {
 			return nil, err
 		}
-		etag, err := replication.Apply(ctx, l.s, &b)
+		etag, err := replication.Apply(ctx, l.s, b)
 		return replication.ProgressReply{Etag: etag}, err
 	}
 }
@@ -472,11 +512,21 @@ func (t busTransport) Progress(ctx context.Context, peer string, req *replicatio
 }
 
 func (t busTransport) Send(ctx context.Context, peer string, b *replication.Batch) (uint64, error) {
-	var r replication.ProgressReply
+	data, err := b.MarshalBinary()
+	if err != nil {
+		return 0, fmt.Errorf("encode replication batch: %w", err)
+	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	err := t.n.call(ctx, peer, "repl.batch", b, &r)
-	return r.Etag, err
+	raw, err := t.n.callRaw(ctx, peer, "repl.batch", data)
+	if err != nil {
+		return 0, err
+	}
+	var r replication.ProgressReply
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return 0, fmt.Errorf("decode repl.batch reply from %s: %w", peer, err)
+	}
+	return r.Etag, nil
 }
 
 // retryable reports whether a failed shard request surely did not execute,

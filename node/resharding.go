@@ -2,10 +2,10 @@ package node
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -40,9 +40,40 @@ func (c reshardCluster) SendBatch(ctx context.Context, b *resharding.Batch) erro
 	if rec == nil {
 		return fmt.Errorf("database %q is gone", b.DB)
 	}
-	return c.n.onShard(ctx, target{rec: rec, shard: -1}, b.Shard, false, func(ctx context.Context, rep shardReplica) error {
-		return rep.migrate(ctx, b)
-	})
+	topo, ok := rec.Sharding.Shards[b.Shard]
+	if !ok {
+		return notFound("ShardDoesNotExist", "database %q has no shard %d", b.DB, b.Shard)
+	}
+	var up []string
+	for _, m := range topo.Members {
+		if c.n.health.up(m) {
+			up = append(up, m)
+		}
+	}
+	if len(up) == 0 { // try them all in turn, as for a write
+		return c.n.onShard(ctx, target{rec: rec, shard: -1}, b.Shard, false, func(ctx context.Context, rep shardReplica) error {
+			return rep.migrate(ctx, b)
+		})
+	}
+	// Every reachable replica stores the batch at once: each confirms from
+	// its own commits instead of waiting for intra-shard replication to
+	// bring the whole bucket from the one that got it.
+	errs := make([]error, len(up))
+	var wg sync.WaitGroup
+	for i, tag := range up {
+		wg.Go(func() {
+			errs[i] = c.n.attempt(ctx, b.DB, b.Shard, tag, false, 0, func(ctx context.Context, rep shardReplica) error {
+				return rep.migrate(ctx, b)
+			})
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err == nil {
+			return nil // the others get the items by replication
+		}
+	}
+	return fmt.Errorf("migration batch of bucket %d to shard %d: no replica stored it: %w", b.Bucket, b.Shard, errors.Join(errs...))
 }
 
 func (c reshardCluster) Failpoint(ctx context.Context, name string) {
@@ -113,15 +144,15 @@ func (n *Node) waitAllApplied(ctx context.Context, index uint64) error {
 
 func (n *Node) registerMigrationRPC() {
 	n.rpcHandlers["migration.batch"] = func(ctx context.Context, data []byte) (any, error) {
-		var b resharding.Batch
-		if err := json.Unmarshal(data, &b); err != nil {
+		b, err := resharding.DecodeBatch(data)
+		if err != nil {
 			return nil, badRequest("decode migration batch: %v", err)
 		}
 		l, err := n.local(b.DB, b.Shard)
 		if err != nil {
 			return nil, err
 		}
-		return struct{}{}, l.migrate(ctx, &b)
+		return struct{}{}, l.migrate(ctx, b)
 	}
 }
 

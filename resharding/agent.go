@@ -382,8 +382,9 @@ func (s *sender) full() bool { return len(s.batch) >= batchItems || s.size >= ba
 
 // maxInflightBatches bounds the batches a sender has on the wire at once:
 // the destination stores each as it arrives (by version, so their order
-// does not matter), and the source reads the next meanwhile.
-const maxInflightBatches = 4
+// does not matter), and the source reads the next meanwhile. A replica's
+// group commit takes what is queued, so several batches share one fsync.
+const maxInflightBatches = 8
 
 // flush hands the batch to a background send (at most maxInflightBatches
 // at once) and starts a new one; an earlier send's failure is returned.

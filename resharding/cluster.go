@@ -23,8 +23,12 @@ type Cluster interface {
 	IsLeader() bool
 	// Up reports whether a node is reachable.
 	Up(tag string) bool
-	// SendBatch stores a migration batch on a replica of its destination
-	// shard and returns once that replica committed it.
+	// SendBatch stores a migration batch on every reachable replica of its
+	// destination shard at once and returns once all of them answered, with
+	// an error only if none committed it. A replica that missed it gets the
+	// items from its siblings by intra-shard replication; one that got them
+	// both ways keeps one (same version). Each destination replica thus
+	// confirms from its own commits, without waiting for replication.
 	SendBatch(ctx context.Context, b *Batch) error
 	// WaitAllApplied returns once every reachable node applied index.
 	WaitAllApplied(ctx context.Context, index uint64) error
