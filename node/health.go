@@ -2,14 +2,15 @@ package node
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 )
 
-// Heartbeats: every node publishes its tag on sn.<cluster>.heartbeat every
-// heartbeatEvery; a node not heard from within downAfter is Down. Routing
+// Heartbeats: every node publishes its tag and incarnation (random, new at
+// every start) on sn.<cluster>.heartbeat every heartbeatEvery; a node not heard from within downAfter is Down. Routing
 // prefers nodes that are up, and a request that finds no responder marks
 // its node down at once.
 const (
@@ -22,11 +23,12 @@ type health struct {
 	self string
 	mu   sync.RWMutex
 	seen map[string]time.Time
+	inc  map[string]string        // each node's incarnation, from its heartbeats
 	down map[string]chan struct{} // closed when the node is found down
 }
 
 func newHealth(self string) *health {
-	return &health{self: self, seen: map[string]time.Time{}, down: map[string]chan struct{}{}}
+	return &health{self: self, seen: map[string]time.Time{}, inc: map[string]string{}, down: map[string]chan struct{}{}}
 }
 
 // downSignal returns a channel closed when tag is next found down, so a
@@ -54,10 +56,21 @@ func (h *health) sweep() {
 	}
 }
 
-func (h *health) heard(tag string) {
+// heard records a heartbeat of tag's incarnation inc. A new incarnation
+// means the node restarted, perhaps faster than downAfter: whatever was in
+// flight to the old process will never be answered, so the down signal
+// fires as if the node had been found down.
+func (h *health) heard(tag, inc string) {
 	h.mu.Lock()
+	defer h.mu.Unlock()
+	if old, ok := h.inc[tag]; ok && old != inc {
+		if ch, ok := h.down[tag]; ok {
+			close(ch)
+			delete(h.down, tag)
+		}
+	}
+	h.inc[tag] = inc
 	h.seen[tag] = time.Now()
-	h.mu.Unlock()
 }
 
 func (h *health) markDown(tag string) {
@@ -104,7 +117,10 @@ func (n *Node) heartbeatSubject() string { return "sn." + n.cfg.Cluster.Name + "
 // runHeartbeats publishes this node's heartbeat and records the others'.
 func (n *Node) runHeartbeats(ctx context.Context) {
 	defer n.wg.Done()
-	sub, err := n.bus.nc.Subscribe(n.heartbeatSubject(), func(m *nats.Msg) { n.health.heard(string(m.Data)) })
+	sub, err := n.bus.nc.Subscribe(n.heartbeatSubject(), func(m *nats.Msg) {
+		tag, inc, _ := strings.Cut(string(m.Data), " ")
+		n.health.heard(tag, inc)
+	})
 	if err != nil {
 		n.logger.Error("subscribe heartbeats", "err", err)
 		return
@@ -113,7 +129,7 @@ func (n *Node) runHeartbeats(ctx context.Context) {
 	t := time.NewTicker(heartbeatEvery)
 	defer t.Stop()
 	for {
-		_ = n.bus.nc.Publish(n.heartbeatSubject(), []byte(n.cfg.Node.Tag))
+		_ = n.bus.nc.Publish(n.heartbeatSubject(), []byte(n.cfg.Node.Tag+" "+n.incarnation))
 		n.health.sweep()
 		select {
 		case <-ctx.Done():

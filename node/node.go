@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,12 +49,15 @@ type Node struct {
 	httpSrv *http.Server
 
 	started time.Time
-	ready   atomic.Bool // Start finished: the node serves its databases
-	regKick chan struct{}
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
-	closeMu sync.Mutex
-	closed  bool
+	// incarnation is random and new at every start; heartbeats carry it so
+	// peers notice a restart that was faster than their down detection.
+	incarnation string
+	ready       atomic.Bool // Start finished: the node serves its databases
+	regKick     chan struct{}
+	cancel      context.CancelFunc
+	wg          sync.WaitGroup
+	closeMu     sync.Mutex
+	closed      bool
 }
 
 // Start starts a node from cfg and returns once it serves HTTP. The node
@@ -62,7 +67,7 @@ func Start(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Nod
 		logger = slog.New(slog.DiscardHandler)
 	}
 	logger = logger.With("node", cfg.Node.Tag)
-	n := &Node{cfg: cfg, logger: logger, fsm: raftfsm.New(), started: time.Now(), health: newHealth(cfg.Node.Tag), rpcHandlers: map[string]rpcHandler{}, regKick: make(chan struct{}, 1)}
+	n := &Node{cfg: cfg, logger: logger, fsm: raftfsm.New(), started: time.Now(), incarnation: strconv.FormatUint(rand.Uint64(), 36), health: newHealth(cfg.Node.Tag), rpcHandlers: map[string]rpcHandler{}, regKick: make(chan struct{}, 1)}
 	runCtx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
 	n.runCtx = runCtx
