@@ -82,7 +82,7 @@ func split(c []byte) (Parsed, error) {
 	i := 1
 	for i < len(c)-1 {
 		keyEnd := skipString(c, i)
-		valEnd := skipValue(c, keyEnd+1)
+		valEnd := skipAny(c, keyEnd+1)
 		if string(c[i:keyEnd]) == `"@metadata"` {
 			col, err := collectionOf(c[keyEnd+1 : valEnd])
 			if err != nil {
@@ -141,36 +141,6 @@ func skipString(c []byte, i int) int {
 		}
 	}
 	return len(c)
-}
-
-// skipValue returns the index after the compact JSON value at c[i].
-func skipValue(c []byte, i int) int {
-	switch c[i] {
-	case '"':
-		return skipString(c, i)
-	case '{', '[':
-		depth := 0
-		for j := i; j < len(c); j++ {
-			switch c[j] {
-			case '"':
-				j = skipString(c, j) - 1
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return j + 1
-				}
-			}
-		}
-		return len(c)
-	default:
-		j := i
-		for j < len(c) && c[j] != ',' && c[j] != '}' && c[j] != ']' {
-			j++
-		}
-		return j
-	}
 }
 
 // Metadata is what Render adds under "@metadata".

@@ -382,22 +382,7 @@ func isNotOwned(err error) bool {
 // is already up to date it is the refusing node that lags, and a short
 // pause is all a retry needs.
 func (n *Node) waitNewerRecord(ctx context.Context, rec *raftfsm.DatabaseRecord, wait time.Duration) error {
-	ch, stop := n.fsm.Watch()
-	defer stop()
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	for {
-		if cur := n.recordOf(rec.DatabaseName); cur == nil || cur.Etag > rec.Etag {
-			return nil
-		}
-		select {
-		case <-ch:
-		case <-t.C:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+	return n.waitRecord(ctx, rec.DatabaseName, rec.Etag+1, wait)
 }
 
 // rerouteWait is the pause before the attempt-th retry of a refused

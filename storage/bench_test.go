@@ -23,16 +23,23 @@ import (
 // bench command's baseline).
 const benchWriters = 64
 
-func BenchmarkConcurrentDurableWrites(b *testing.B) {
+// benchStores opens n stores in temporary directories, closed at the
+// benchmark's end.
+func benchStores(b *testing.B, n int) []*Store {
 	var stores []*Store
-	for i := 0; i < 3; i++ {
+	for i := 0; i < n; i++ {
 		s, err := Open(Options{Dir: b.TempDir(), NodeTag: "A"})
 		if err != nil {
 			b.Fatal(err)
 		}
-		defer s.Close()
+		b.Cleanup(func() { s.Close() })
 		stores = append(stores, s)
 	}
+	return stores
+}
+
+func BenchmarkConcurrentDurableWrites(b *testing.B) {
+	stores := benchStores(b, 3)
 	body := []byte(`{"f":"` + strings.Repeat("x", 1000) + `"}`)
 	var n atomic.Int64
 	var wg sync.WaitGroup
@@ -108,15 +115,7 @@ func BenchmarkBulkWrites(b *testing.B) {
 		b.ReportMetric(float64(cpu.Microseconds())/docs, "cpu-us/doc")
 	}
 	b.Run("store", func(b *testing.B) {
-		var stores []*Store
-		for i := 0; i < 3; i++ {
-			s, err := Open(Options{Dir: b.TempDir(), NodeTag: "A"})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer s.Close()
-			stores = append(stores, s)
-		}
+		stores := benchStores(b, 3)
 		run(b, func(w, g int) error {
 			per := make([][]Op, 3)
 			for i := 0; i < group; i++ {
