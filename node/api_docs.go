@@ -220,7 +220,7 @@ func (n *Node) handlePutDoc(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	raw, err := readBody(r, n.cfg.HTTP.MaxDocumentBytes)
+	raw, err := readBody(r, n.maxDocBytes)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -564,8 +564,8 @@ func (n *Node) bulkOps(cmds []bulkCommand) ([]storage.Op, error) {
 		}
 		switch strings.ToUpper(c.Type) {
 		case "PUT":
-			if int64(len(c.Document)) > n.cfg.HTTP.MaxDocumentBytes {
-				return nil, badRequest("command %d (%q): document of %d bytes exceeds http.max-document-bytes (%d)", i, c.ID, len(c.Document), n.cfg.HTTP.MaxDocumentBytes)
+			if int64(len(c.Document)) > n.maxDocBytes {
+				return nil, badRequest("command %d (%q): document of %d bytes exceeds the limit of %d bytes (http.max-document-bytes, and what one NATS message carries)", i, c.ID, len(c.Document), n.maxDocBytes)
 			}
 			p, err := document.ParseValid(c.Document) // the body was decoded whole: valid JSON
 			if err != nil {

@@ -49,7 +49,7 @@ func startBus(cfg *config.Config) (*bus, error) {
 		Port:       port,
 		NoSigs:     true, // a SIGTERM must not exit before raft and Pebble close
 		NoLog:      true,
-		MaxPayload: 8 << 20,
+		MaxPayload: embeddedMaxPayload(cfg.HTTP.MaxDocumentBytes),
 	}
 	if cfg.NATS.ClusterListen != "" {
 		ch, cp, err := splitHostPort(cfg.NATS.ClusterListen)
@@ -114,4 +114,12 @@ func splitHostPort(addr string) (string, int, error) {
 		return "", 0, fmt.Errorf("port %q: %w", p, err)
 	}
 	return h, port, nil
+}
+
+// embeddedMaxPayload sizes the embedded server's messages so that a
+// document of the largest allowed size, with its batch framing, fits in one
+// (replication and migration send each document whole): at least 8 MiB,
+// at most NATS's 64 MiB.
+func embeddedMaxPayload(maxDocument int64) int32 {
+	return int32(min(max(8<<20, maxDocument+busDocumentSlack), 64<<20))
 }

@@ -25,3 +25,22 @@ func TestRestartFiresDownSignal(t *testing.T) {
 		t.Fatal("B is not up after its new incarnation's heartbeat")
 	}
 }
+
+// TestDocumentsFitOneBusMessage: the embedded server's messages carry the
+// largest document the configuration allows, within NATS's bounds, and a
+// node never accepts a document larger than one message.
+func TestDocumentsFitOneBusMessage(t *testing.T) {
+	for _, c := range []struct{ doc, want int64 }{
+		{1 << 20, 8 << 20},
+		{16 << 20, 16<<20 + busDocumentSlack},
+		{100 << 20, 64 << 20},
+	} {
+		if got := embeddedMaxPayload(c.doc); int64(got) != c.want {
+			t.Errorf("max document %d: payload %d, want %d", c.doc, got, c.want)
+		}
+	}
+	n := testNode(t, t.TempDir())
+	if n.maxDocBytes != n.cfg.HTTP.MaxDocumentBytes || n.maxDocBytes > n.bus.nc.MaxPayload()-busDocumentSlack {
+		t.Fatalf("max document %d bytes with a bus payload of %d (configured %d)", n.maxDocBytes, n.bus.nc.MaxPayload(), n.cfg.HTTP.MaxDocumentBytes)
+	}
+}

@@ -49,6 +49,9 @@ type Node struct {
 	httpSrv *http.Server
 
 	started time.Time
+	// maxDocBytes is http.max-document-bytes, or less if the bus's messages
+	// cannot carry a document that large.
+	maxDocBytes int64
 	// incarnation is random and new at every start; heartbeats carry it so
 	// peers notice a restart that was faster than their down detection.
 	incarnation string
@@ -90,6 +93,14 @@ func Start(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Nod
 	}
 	if n.bus, err = startBus(cfg); err != nil {
 		return nil, err
+	}
+	n.maxDocBytes = cfg.HTTP.MaxDocumentBytes
+	if fit := n.bus.nc.MaxPayload() - busDocumentSlack; fit < n.maxDocBytes {
+		// Replication and migration send a document in one bus message: a
+		// larger one would be stored here and never reach another replica.
+		n.maxDocBytes = fit
+		logger.Warn("documents are limited to what one NATS message carries", "http.max-document-bytes", cfg.HTTP.MaxDocumentBytes,
+			"nats-max-payload", n.bus.nc.MaxPayload(), "max-document-bytes", fit)
 	}
 	n.registerShardRPC()
 	n.registerClusterRPC()

@@ -207,6 +207,10 @@ func (l *localReplica) migrate(ctx context.Context, b *resharding.Batch) error {
 // busMessageSlack leaves room in a bus message for the request's headers.
 const busMessageSlack = 4 << 10
 
+// busDocumentSlack is what a message carrying one document needs beyond the
+// document: headers and the batch's framing (id, change vector, fields).
+const busDocumentSlack = 64 << 10
+
 func (r *remoteReplica) migrate(ctx context.Context, b *resharding.Batch) error {
 	// An external NATS may allow less than a batch (1 MiB by default): the
 	// batch goes in parts. A failure fails the whole batch, which the
@@ -509,6 +513,11 @@ func (t busTransport) Progress(ctx context.Context, peer string, req *replicatio
 	var r replication.ProgressReply
 	err := t.n.call(ctx, peer, "repl.progress", req, &r)
 	return r.Etag, err
+}
+
+// MaxBatchBytes bounds a replication batch to what one bus message carries.
+func (t busTransport) MaxBatchBytes() int {
+	return int(t.n.bus.nc.MaxPayload()) - busMessageSlack
 }
 
 func (t busTransport) Send(ctx context.Context, peer string, b *replication.Batch) (uint64, error) {

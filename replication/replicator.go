@@ -25,6 +25,13 @@ const (
 	maxBatchBytes = 4 << 20
 )
 
+// BatchLimiter is a Transport whose messages are smaller than maxBatchBytes
+// (an external NATS server allows 1 MiB by default): batches stay within
+// MaxBatchBytes, except that one item always goes, whatever its size.
+type BatchLimiter interface {
+	MaxBatchBytes() int
+}
+
 // PeerStatus is one outgoing replication link as the API shows it.
 type PeerStatus struct {
 	// Peer is the receiving node's tag.
@@ -231,17 +238,23 @@ func (r *Replicator) nextBatch(progress uint64) (*Batch, error) {
 		return nil, err
 	}
 	b := &Batch{DB: r.db, Shard: r.shard, Source: r.store.DatabaseID(), SourceTag: r.store.NodeTag()}
+	limit := maxBatchBytes
+	if l, ok := r.transport.(BatchLimiter); ok {
+		limit = min(limit, l.MaxBatchBytes())
+	}
 	size := 0
 	for _, d := range docs {
-		if size > maxBatchBytes {
+		if d.Flags&storage.FlagArtificial != 0 {
+			b.LastEtag = d.Etag
+			continue // local-only: never replicates
+		}
+		n := len(d.Body) + len(d.ID) + len(d.Collection) + len(d.ChangeVector) + 64
+		if len(b.Items) > 0 && size+n > limit {
 			break
 		}
 		b.LastEtag = d.Etag
-		if d.Flags&storage.FlagArtificial != 0 {
-			continue // local-only: never replicates
-		}
 		b.Items = append(b.Items, Item{ID: d.ID, Collection: d.Collection, ChangeVector: d.ChangeVector, LastModified: d.LastModified, Flags: d.Flags, Body: d.Body})
-		size += len(d.Body) + len(d.ID) + len(d.ChangeVector) + 64
+		size += n
 	}
 	return b, nil
 }

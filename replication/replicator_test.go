@@ -3,6 +3,7 @@ package replication
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -152,5 +153,61 @@ func TestPausedReplicatorSendsNothing(t *testing.T) {
 	waitFor(t, "delivery after resume", func() bool { return tr.stores["B"].Stats().DocumentsCount == 1 })
 	if st := r.Status(); len(st) != 1 || st[0].Peer != "B" || st[0].AckedEtag == 0 {
 		t.Fatalf("status %+v", st)
+	}
+}
+
+// smallTransport is a memTransport whose messages hold at most limit bytes;
+// it records the largest batch it was sent.
+type smallTransport struct {
+	*memTransport
+	limit   int
+	mu      sync.Mutex
+	largest int
+	items   int
+}
+
+func (s *smallTransport) MaxBatchBytes() int { return s.limit }
+
+func (s *smallTransport) Send(ctx context.Context, peer string, b *Batch) (uint64, error) {
+	n := 0
+	for _, it := range b.Items {
+		n += len(it.Body)
+	}
+	s.mu.Lock()
+	if len(b.Items) > 1 && n > s.largest {
+		s.largest = n
+	}
+	s.items += len(b.Items)
+	s.mu.Unlock()
+	return s.memTransport.Send(ctx, peer, b)
+}
+
+// TestBatchesFitTheTransport: with a transport that carries less than the
+// default batch, every batch of several items fits it, and an item larger
+// than the limit still goes, alone.
+func TestBatchesFitTheTransport(t *testing.T) {
+	a, b := open(t, "A"), open(t, "B")
+	tr := &smallTransport{memTransport: &memTransport{stores: map[string]*storage.Store{"A": a, "B": b}, down: map[string]bool{}}, limit: 25 << 10}
+	ctx := context.Background()
+	body := func(n int) []byte { return []byte(`{"x":"` + strings.Repeat("y", n) + `"}`) }
+	for i := 0; i < 20; i++ {
+		if _, err := a.Write(ctx, []storage.Op{{Kind: storage.OpPut, ID: fmt.Sprintf("d%d", i), Body: body(10 << 10)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := a.Write(ctx, []storage.Op{{Kind: storage.OpPut, ID: "big", Body: body(40 << 10)}}); err != nil {
+		t.Fatal(err)
+	}
+	r := New(a, "db", 0, tr, nil)
+	defer r.Close()
+	r.SetPeers([]string{"B"})
+	waitFor(t, "B to hold every document", func() bool { return b.Stats().DocumentsCount == 21 })
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if tr.largest > tr.limit {
+		t.Fatalf("a batch of several items carried %d bytes of bodies, over the transport's %d", tr.largest, tr.limit)
+	}
+	if tr.items != 21 {
+		t.Fatalf("%d items sent, want 21 (each once)", tr.items)
 	}
 }
