@@ -262,12 +262,12 @@ func (s *Store) commitRound(reqs []*writeReq) {
 		s.syncNanos += uint64(syncDur)
 		s.lastEtag = r.etag
 		s.counters = r.counters
-		s.cacheStats(r.stats)
 		if len(r.items) > 0 || len(r.progress) > 0 {
 			close(s.changed)
 			s.changed = make(chan struct{})
 		}
 		s.mu.Unlock()
+		s.cacheStats(r.stats) // the committer's own state: no lock
 	}
 	for i, req := range reqs {
 		if err != nil && resps[i].err == nil {
