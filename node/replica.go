@@ -462,7 +462,7 @@ func (n *Node) registerShardRPC() {
 		if err != nil {
 			return nil, err
 		}
-		return replication.ProgressReply{Etag: l.s.ReplicationProgress(req.Source)}, nil
+		return replication.ProgressReply{Etag: l.s.ReplicationProgress(req.Source), DatabaseID: l.s.DatabaseID()}, nil
 	}
 	n.rpcHandlers["repl.batch"] = func(ctx context.Context, data []byte) (any, error) {
 		b, err := replication.DecodeBatch(data)
@@ -509,10 +509,12 @@ func (n *Node) shouldHold(db string, shard int) bool {
 // busTransport carries replication over the node RPC.
 type busTransport struct{ n *Node }
 
-func (t busTransport) Progress(ctx context.Context, peer string, req *replication.ProgressRequest) (uint64, error) {
+func (t busTransport) Progress(ctx context.Context, peer string, req *replication.ProgressRequest) (*replication.ProgressReply, error) {
 	var r replication.ProgressReply
-	err := t.n.call(ctx, peer, "repl.progress", req, &r)
-	return r.Etag, err
+	if err := t.n.call(ctx, peer, "repl.progress", req, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
 }
 
 // MaxBatchBytes bounds a replication batch to what one bus message carries.

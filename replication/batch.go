@@ -45,6 +45,10 @@ type ProgressRequest struct {
 // ProgressReply answers ProgressRequest and Batch.
 type ProgressReply struct {
 	Etag uint64 `json:"Etag"`
+	// DatabaseID is the receiving replica's own database id (in answers to
+	// ProgressRequest; empty from older nodes): the sender does not send it
+	// items that came from it.
+	DatabaseID string `json:"DatabaseId,omitempty"`
 }
 
 // Apply applies a batch to the receiving replica and returns the source
@@ -57,7 +61,7 @@ func Apply(ctx context.Context, s *storage.Store, b *Batch) (uint64, error) {
 	ops := make([]storage.Op, 0, len(b.Items)+1)
 	for _, it := range b.Items {
 		ops = append(ops, storage.Op{Kind: storage.OpReplicate, ID: it.ID, Collection: it.Collection, Body: it.Body,
-			ChangeVector: it.ChangeVector, LastModified: it.LastModified, Flags: it.Flags})
+			ChangeVector: it.ChangeVector, LastModified: it.LastModified, Flags: it.Flags, Source: b.Source})
 	}
 	ops = append(ops, storage.Op{Kind: storage.OpSetProgress, Source: b.Source, Etag: b.LastEtag})
 	if _, err := s.Write(ctx, ops); err != nil {

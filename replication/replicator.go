@@ -13,8 +13,9 @@ import (
 
 // Transport carries replication messages to a peer node.
 type Transport interface {
-	// Progress asks peer how far its replica applied source's feed.
-	Progress(ctx context.Context, peer string, req *ProgressRequest) (uint64, error)
+	// Progress asks peer how far its replica applied source's feed; the
+	// reply also names the peer replica's database id.
+	Progress(ctx context.Context, peer string, req *ProgressRequest) (*ProgressReply, error)
 	// Send delivers a batch to peer's replica and returns its progress.
 	Send(ctx context.Context, peer string, b *Batch) (uint64, error)
 }
@@ -186,6 +187,7 @@ func (r *Replicator) run(ctx context.Context, s *sender) {
 	backoff := newBackoff(50*time.Millisecond, 2*time.Second)
 	known := false
 	var progress uint64
+	var peerDB string // the peer replica's database id, once known
 	for ctx.Err() == nil {
 		if paused, ch := r.isPaused(); paused {
 			select {
@@ -201,11 +203,11 @@ func (r *Replicator) run(ctx context.Context, s *sender) {
 				backoff.wait(ctx)
 				continue
 			}
-			progress, known = p, true
-			r.ack(s, p)
+			progress, peerDB, known = p.Etag, p.DatabaseID, true
+			r.ack(s, progress)
 		}
 		changed := r.store.Changed() // before reading: no commit slips between
-		b, err := r.nextBatch(progress)
+		b, err := r.nextBatch(progress, peerDB)
 		if err != nil {
 			r.fail(s, err)
 			backoff.wait(ctx)
@@ -232,7 +234,11 @@ func (r *Replicator) run(ctx context.Context, s *sender) {
 }
 
 // nextBatch reads the feed after progress; nil when there is nothing new.
-func (r *Replicator) nextBatch(progress uint64) (*Batch, error) {
+// Items that came from peerDB as they are stored here are not sent back:
+// that replica holds them (durably: it only ever sends what it synced),
+// and echoing them costs it a read per item to find them already held.
+// The batch's LastEtag still moves past them.
+func (r *Replicator) nextBatch(progress uint64, peerDB string) (*Batch, error) {
 	docs, err := r.store.Changes(progress, maxBatchItems)
 	if err != nil || len(docs) == 0 {
 		return nil, err
@@ -244,9 +250,9 @@ func (r *Replicator) nextBatch(progress uint64) (*Batch, error) {
 	}
 	size := 0
 	for _, d := range docs {
-		if d.Flags&storage.FlagArtificial != 0 {
+		if d.Flags&storage.FlagArtificial != 0 || (peerDB != "" && d.Origin == peerDB) {
 			b.LastEtag = d.Etag
-			continue // local-only: never replicates
+			continue // local-only, or the peer's own item: not sent
 		}
 		n := len(d.Body) + len(d.ID) + len(d.Collection) + len(d.ChangeVector) + 64
 		if len(b.Items) > 0 && size+n > limit {

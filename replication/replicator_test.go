@@ -28,12 +28,12 @@ func (m *memTransport) peer(tag string) (*storage.Store, error) {
 	return m.stores[tag], nil
 }
 
-func (m *memTransport) Progress(_ context.Context, peer string, req *ProgressRequest) (uint64, error) {
+func (m *memTransport) Progress(_ context.Context, peer string, req *ProgressRequest) (*ProgressReply, error) {
 	s, err := m.peer(peer)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	return s.ReplicationProgress(req.Source), nil
+	return &ProgressReply{Etag: s.ReplicationProgress(req.Source), DatabaseID: s.DatabaseID()}, nil
 }
 
 func (m *memTransport) Send(ctx context.Context, peer string, b *Batch) (uint64, error) {
@@ -209,5 +209,68 @@ func TestBatchesFitTheTransport(t *testing.T) {
 	}
 	if tr.items != 21 {
 		t.Fatalf("%d items sent, want 21 (each once)", tr.items)
+	}
+}
+
+// countingTransport counts the items each sender sends, by sender tag.
+type countingTransport struct {
+	*memTransport
+	mu   sync.Mutex
+	sent map[string]int // "from->to" → items
+}
+
+func (c *countingTransport) from(src string) Transport { return &countingFrom{c, src} }
+
+type countingFrom struct {
+	c   *countingTransport
+	src string
+}
+
+func (f *countingFrom) Progress(ctx context.Context, peer string, req *ProgressRequest) (*ProgressReply, error) {
+	return f.c.memTransport.Progress(ctx, peer, req)
+}
+
+func (f *countingFrom) Send(ctx context.Context, peer string, b *Batch) (uint64, error) {
+	f.c.mu.Lock()
+	f.c.sent[f.src+"->"+peer] += len(b.Items)
+	f.c.mu.Unlock()
+	return f.c.memTransport.Send(ctx, peer, b)
+}
+
+// TestNoEcho: an item a replica received by replication, unchanged, is not
+// sent back to the replica it came from; one it changed afterwards is.
+func TestNoEcho(t *testing.T) {
+	a, b := open(t, "A"), open(t, "B")
+	ct := &countingTransport{memTransport: &memTransport{stores: map[string]*storage.Store{"A": a, "B": b}, down: map[string]bool{}}, sent: map[string]int{}}
+	ctx := context.Background()
+	for i := 0; i < 30; i++ {
+		if _, err := a.Write(ctx, []storage.Op{{Kind: storage.OpPut, ID: fmt.Sprintf("d%d", i), Body: []byte(`{}`)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ra, rb := New(a, "db", 0, ct.from("A"), nil), New(b, "db", 0, ct.from("B"), nil)
+	defer ra.Close()
+	defer rb.Close()
+	ra.SetPeers([]string{"B"})
+	rb.SetPeers([]string{"A"})
+	waitFor(t, "B to hold A's documents", func() bool { return b.Stats().DocumentsCount == 30 })
+	// B's link to A moves past A's items without sending them.
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if n, err := rb.WaitReplicas(wctx, b.LastEtag(), 2); err != nil || n != 2 {
+		t.Fatalf("B's feed acknowledged by A: %d %v", n, err)
+	}
+	// B changes one: that one goes to A.
+	if _, err := b.Write(ctx, []storage.Op{{Kind: storage.OpPut, ID: "d3", Body: []byte(`{"v":2}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "A to get B's change", func() bool {
+		d, _ := a.Get("d3")
+		return d != nil && string(d.Body) == `{"v":2}`
+	})
+	ct.mu.Lock()
+	defer ct.mu.Unlock()
+	if ct.sent["A->B"] != 30 || ct.sent["B->A"] != 1 {
+		t.Fatalf("items sent %v, want A->B 30 and B->A 1 (no echo)", ct.sent)
 	}
 }

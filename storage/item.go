@@ -40,6 +40,11 @@ type Document struct {
 	// Body is the JSON object of the document without "@metadata"; nil for
 	// a tombstone.
 	Body []byte
+	// Origin is, in the changes feed, the database id of the replica this
+	// item came from by replication, stored as that replica holds it; empty
+	// for anything written or changed here. A replicator does not send an
+	// item back to its origin.
+	Origin string
 }
 
 // Deleted reports whether the item is a tombstone.

@@ -10,7 +10,7 @@ import (
 const (
 	prefixMeta     byte = 0x01 // meta/<name> → value
 	prefixItem     byte = 0x02 // item/<bucket BE32><lower id> → encoded item
-	prefixEtag     byte = 0x03 // etag/<etag BE64> → <bucket BE32><lower id>
+	prefixEtag     byte = 0x03 // etag/<etag BE64> → [0x01 <len> <origin>] <bucket BE32><lower id> (see feedRef)
 	prefixBktStat  byte = 0x04 // bucketstat/<bucket BE32> → encoded bucket stats
 	prefixConflict byte = 0x05 // conflict/<bucket BE32><lower id>\x00<etag BE64> → JSON Conflict
 )
@@ -51,4 +51,33 @@ func etagKey(etag uint64) []byte {
 
 func bucketStatKey(bucket uint32) []byte {
 	return binary.BigEndian.AppendUint32([]byte{prefixBktStat}, bucket)
+}
+
+// A feed entry's value names its item: the item key without its prefix
+// (bucket BE32, whose first byte is always 0 since buckets are below 2^20,
+// then the id). An item that came by replication unchanged is tagged with
+// its origin: feedTagged, the origin's length (one byte), the origin, then
+// the same reference.
+const feedTagged byte = 0x01
+
+func feedRef(origin string, ref []byte) []byte {
+	if origin == "" || len(origin) > 255 {
+		return ref
+	}
+	v := make([]byte, 0, 2+len(origin)+len(ref))
+	v = append(v, feedTagged, byte(len(origin)))
+	return append(append(v, origin...), ref...)
+}
+
+func parseFeedRef(v []byte) (origin string, ref []byte, err error) {
+	if len(v) > 0 && v[0] == feedTagged {
+		if len(v) < 2 || len(v) < 2+int(v[1]) {
+			return "", nil, errCorruptItem
+		}
+		origin, v = string(v[2:2+int(v[1])]), v[2+int(v[1]):]
+	}
+	if len(v) < 4 || v[0] != 0 {
+		return "", nil, errCorruptItem
+	}
+	return origin, v, nil
 }

@@ -51,9 +51,9 @@ func (s *Store) Changes(after uint64, limit int) ([]*Document, error) {
 	defer closeQuietly(it)
 	var out []*Document
 	for ok := it.First(); ok && len(out) < limit; ok = it.Next() {
-		ref := it.Value()
-		if len(ref) < 4 {
-			return nil, fmt.Errorf("changes after %d: %w", after, errCorruptItem)
+		origin, ref, err := parseFeedRef(it.Value())
+		if err != nil {
+			return nil, fmt.Errorf("changes after %d: %w", after, err)
 		}
 		b := binary.BigEndian.Uint32(ref)
 		key := append([]byte{prefixItem}, ref...)
@@ -61,6 +61,7 @@ func (s *Store) Changes(after uint64, limit int) ([]*Document, error) {
 		if err != nil {
 			return nil, fmt.Errorf("changes after %d: item %q: %w", after, ref[4:], err)
 		}
+		d.Origin = origin
 		out = append(out, d)
 	}
 	return out, it.Error()

@@ -381,3 +381,48 @@ func TestChangesStopAtDurableEtag(t *testing.T) {
 		t.Fatalf("changes after the durable etag: %v %v", got, err)
 	}
 }
+
+// TestFeedOrigin: a replicated item stored as it came carries its origin in
+// the feed; a local write over it does not; untagged and corrupt entries
+// parse as such.
+func TestFeedOrigin(t *testing.T) {
+	s := openTest(t, t.TempDir())
+	ctx := context.Background()
+	src := changevector.NewDatabaseID()
+	cv := "B:1-" + src
+	if _, err := s.Write(ctx, []Op{{Kind: OpReplicate, ID: "r", Body: []byte(`{}`), ChangeVector: cv, LastModified: time.Now(), Source: src}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Write(ctx, []Op{put("l", `{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Changes(0, 10)
+	if err != nil || len(got) != 2 || got[0].ID != "r" || got[0].Origin != src || got[1].Origin != "" {
+		t.Fatalf("changes %+v %v", got, err)
+	}
+	if _, err := s.Write(ctx, []Op{put("r", `{"v":2}`)}); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = s.Changes(2, 10)
+	if len(got) != 1 || got[0].ID != "r" || got[0].Origin != "" {
+		t.Fatalf("after a local write: %+v", got)
+	}
+	ref := itemKey(bucket.ForID("x"), "x")[1:]
+	for _, c := range []struct {
+		v      []byte
+		origin string
+		ok     bool
+	}{
+		{ref, "", true},
+		{feedRef("abc", ref), "abc", true},
+		{feedRef("", ref), "", true},
+		{[]byte{feedTagged}, "", false},
+		{[]byte{feedTagged, 9, 'a'}, "", false},
+		{[]byte{7, 0, 0, 0}, "", false},
+	} {
+		origin, r, err := parseFeedRef(c.v)
+		if (err == nil) != c.ok || origin != c.origin || (c.ok && string(r) != string(ref)) {
+			t.Errorf("parseFeedRef(%q) = %q %q %v", c.v, origin, r, err)
+		}
+	}
+}

@@ -58,7 +58,9 @@ type Op struct {
 	LastModified time.Time
 	Flags        Flags
 	// Source and Etag record replication progress (OpSetProgress): this
-	// replica holds source's feed up to Etag.
+	// replica holds source's feed up to Etag. For OpReplicate, Source is
+	// the database id of the replica that sent the item: an item stored as
+	// it came is not sent back to it (see Document.Origin).
 	Source string
 	Etag   uint64
 	// MigrationIndex and DatabaseID form the MOVE marker (OpMigrate).
@@ -491,6 +493,9 @@ func (g *round) applyReplicated(parent *round, op Op) (Result, error) {
 		return res, err
 	}
 	d.doc.ChangeVector = d.cv.String()
+	if d.loser == nil {
+		d.doc.Origin = op.Source // stored as the sender holds it
+	}
 	return g.storeIncoming(parent, cur, d, res)
 }
 
@@ -739,7 +744,7 @@ func (r *round) commit() error {
 	slices.SortFunc(items, func(a, b *pendingItem) int { return cmp.Compare(etagOf(a), etagOf(b)) })
 	for _, p := range items {
 		if p.doc != nil {
-			if err := b.Set(etagKey(p.doc.Etag), p.key[1:], nil); err != nil {
+			if err := b.Set(etagKey(p.doc.Etag), feedRef(p.doc.Origin, p.key[1:]), nil); err != nil {
 				return err
 			}
 		}
