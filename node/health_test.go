@@ -1,6 +1,11 @@
 package node
 
-import "testing"
+import (
+	"context"
+	"errors"
+	"net/http"
+	"testing"
+)
 
 // TestRestartFiresDownSignal: a node heard with a new incarnation restarted,
 // so requests waiting on its old process are released, even though it never
@@ -42,5 +47,17 @@ func TestDocumentsFitOneBusMessage(t *testing.T) {
 	n := testNode(t, t.TempDir())
 	if n.maxDocBytes != n.cfg.HTTP.MaxDocumentBytes || n.maxDocBytes > n.bus.nc.MaxPayload()-busDocumentSlack {
 		t.Fatalf("max document %d bytes with a bus payload of %d (configured %d)", n.maxDocBytes, n.bus.nc.MaxPayload(), n.cfg.HTTP.MaxDocumentBytes)
+	}
+}
+
+// TestOversizedBusRequestIsClear: a request larger than one bus message is
+// refused as too large (413, nothing sent), not as an internal error.
+func TestOversizedBusRequestIsClear(t *testing.T) {
+	n := testNode(t, t.TempDir())
+	big := make([]byte, n.bus.nc.MaxPayload()+1)
+	_, err := n.callRaw(context.Background(), n.cfg.Node.Tag, "shard.write", big)
+	var ae *apiError
+	if !errors.As(err, &ae) || ae.Status != http.StatusRequestEntityTooLarge || ae.Type != "BodyTooLarge" {
+		t.Fatalf("oversized request: %v", err)
 	}
 }

@@ -152,6 +152,12 @@ func (n *Node) callRaw(ctx context.Context, tag, op string, data []byte) ([]byte
 			n.health.markDown(tag)
 			return nil, fmt.Errorf("%s to node %s: %w", op, tag, errUnreachable)
 		}
+		if errors.Is(err, nats.ErrMaxPayload) {
+			// Nothing was sent. A request's part for one shard travels to a
+			// replica on another node as one bus message.
+			return nil, &apiError{Status: http.StatusRequestEntityTooLarge, Type: "BodyTooLarge",
+				Msg: fmt.Sprintf("%s to node %s: %d bytes exceed the bus's messages of %d bytes; send fewer documents per request", op, tag, len(data), n.bus.nc.MaxPayload())}
+		}
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) {
 			return nil, fmt.Errorf("%s to node %s: no reply before the deadline: %w", op, tag, errTimeout)
 		}
