@@ -36,8 +36,18 @@ type Config struct {
 	Log LogConfig `yaml:"log" json:"log"`
 	// Resharding tunes the online bucket migration workers.
 	Resharding ReshardingConfig `yaml:"resharding" json:"resharding"`
+	// Storage tunes the document storage of the node's replicas.
+	Storage StorageConfig `yaml:"storage" json:"storage"`
 	// Debug holds settings for tests and fault drills.
 	Debug DebugConfig `yaml:"debug" json:"debug"`
+}
+
+// StorageConfig is the "storage" section.
+type StorageConfig struct {
+	// DocCacheBytes is the memory, shared by every replica of the node, for
+	// documents point reads found (storage.doc-cache-bytes); 0 disables the
+	// cache.
+	DocCacheBytes int64 `yaml:"doc-cache-bytes" json:"doc-cache-bytes"`
 }
 
 // ReshardingConfig is the "resharding" section.
@@ -157,6 +167,7 @@ func Default() Config {
 			Format: "text",
 		},
 		Resharding: ReshardingConfig{MigratorIntervalMs: 10000},
+		Storage:    StorageConfig{DocCacheBytes: 128 * MiB},
 	}
 }
 
@@ -202,6 +213,7 @@ func (c *Config) fields() []field {
 		{"resharding.migrator-interval-ms", "", &c.Resharding.MigratorIntervalMs, "documents migrator sweep interval in milliseconds"},
 		{"debug.failpoints", "", &c.Debug.Failpoints, "fault-test pauses: name=duration,... (never in production)"},
 		{"debug.pprof", "pprof", &c.Debug.Pprof, "serve Go's profiler under /debug/pprof/ on the HTTP address"},
+		{"storage.doc-cache-bytes", "", &c.Storage.DocCacheBytes, "memory for documents point reads found, shared by the node's replicas; 0 disables it"},
 	}
 }
 

@@ -34,6 +34,7 @@ type replicaSet struct {
 	dir    string
 	tag    string
 	cache  *pebble.Cache
+	docs   *storage.DocCache // nil: no document cache
 	logger *slog.Logger
 
 	transport replication.Transport
@@ -50,8 +51,8 @@ type replicaSet struct {
 	changed    chan struct{}         // closed and replaced at each reconcile
 }
 
-func newReplicaSet(dir, tag string, cache *pebble.Cache, transport replication.Transport, logger *slog.Logger) *replicaSet {
-	return &replicaSet{dir: dir, tag: tag, cache: cache, transport: transport, logger: logger,
+func newReplicaSet(dir, tag string, cache *pebble.Cache, docs *storage.DocCache, transport replication.Transport, logger *slog.Logger) *replicaSet {
+	return &replicaSet{dir: dir, tag: tag, cache: cache, docs: docs, transport: transport, logger: logger,
 		stores: map[replicaKey]*storage.Store{}, reps: map[replicaKey]*replication.Replicator{}, agents: map[replicaKey]io.Closer{}, fences: map[replicaKey]*writeFence{}, purged: map[replicaKey]uint64{}, changed: make(chan struct{})}
 }
 
@@ -204,7 +205,7 @@ func (rs *replicaSet) reconcile(index uint64, records []*raftfsm.DatabaseRecord)
 			errs = append(errs, err)
 			continue
 		}
-		s, err := storage.Open(storage.Options{Dir: rs.shardDir(k.db, k.shard), NodeTag: rs.tag, Cache: rs.cache, Logger: rs.logger})
+		s, err := storage.Open(storage.Options{Dir: rs.shardDir(k.db, k.shard), NodeTag: rs.tag, Cache: rs.cache, DocCache: rs.docs, Logger: rs.logger})
 		if err != nil {
 			errs = append(errs, err)
 			continue

@@ -26,7 +26,22 @@ func (s *Store) Get(id string) (*Document, error) {
 // GetItem returns the document or tombstone with id, or ErrNotFound.
 func (s *Store) GetItem(id string) (*Document, error) {
 	b := bucket.ForID(id)
-	d, err := s.get(itemKey(b, id), b)
+	key := itemKey(b, id)
+	if c := s.docs; c != nil {
+		if d, ok := c.get(s, string(key)); ok {
+			return d, nil
+		}
+		gen := c.generation(s)
+		d, err := s.get(key, b)
+		if err == nil {
+			c.put(s, string(key), d, gen)
+		}
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			return nil, fmt.Errorf("get %q: %w", id, err)
+		}
+		return d, err
+	}
+	d, err := s.get(key, b)
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return nil, fmt.Errorf("get %q: %w", id, err)
 	}

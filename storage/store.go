@@ -39,6 +39,9 @@ type Options struct {
 	Logger *slog.Logger
 	// MemTableSize overrides the memtable size (bytes); 0 picks the default.
 	MemTableSize uint64
+	// DocCache, shared by the node's replicas, keeps documents point reads
+	// found; nil reads Pebble every time.
+	DocCache *DocCache
 }
 
 // Store is one shard replica's document storage.
@@ -65,6 +68,7 @@ type Store struct {
 	// a write need not read them back from Pebble: a memtable seek costs
 	// ~10 µs on these machines, as much as the rest of a write's storage
 	// work. Only the committer goroutine touches it.
+	docs          *DocCache // nil: no document cache
 	statsCache    map[uint32]*bucketState
 	statsCacheMax int // entries; tests lower it
 	// used has a bit for every bucket that has statistics on disk, i.e. that
@@ -106,7 +110,7 @@ func Open(opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", opts.Dir, err)
 	}
-	s := &Store{db: db, tag: opts.NodeTag, logger: logger, reqs: make(chan *writeReq, 1024), done: make(chan struct{}), changed: make(chan struct{}), statsCache: map[uint32]*bucketState{}, statsCacheMax: statsCacheMax, used: newBucketSet()}
+	s := &Store{db: db, tag: opts.NodeTag, logger: logger, reqs: make(chan *writeReq, 1024), done: make(chan struct{}), changed: make(chan struct{}), docs: opts.DocCache, statsCache: map[uint32]*bucketState{}, statsCacheMax: statsCacheMax, used: newBucketSet()}
 	if err := s.load(); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("open store %s: %w", opts.Dir, err)
@@ -263,6 +267,9 @@ func (s *Store) Close() error {
 	s.mu.Unlock()
 	s.cancel()
 	<-s.done
+	if s.docs != nil {
+		s.docs.drop(s)
+	}
 	return s.db.Close()
 }
 

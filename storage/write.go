@@ -250,6 +250,15 @@ func (s *Store) commitRound(reqs []*writeReq) {
 	syncStart := time.Now()
 	err := r.commit()
 	syncDur := time.Since(syncStart)
+	if s.docs != nil && len(r.items) > 0 {
+		// Before any writer of the round hears back (and even if the
+		// commit failed half way): no read may be served the old version.
+		keys := make([]string, 0, len(r.items))
+		for k := range r.items {
+			keys = append(keys, k)
+		}
+		s.docs.invalidate(s, keys)
+	}
 	if err == nil {
 		s.mu.Lock()
 		if len(r.items) > 0 || len(r.progress) > 0 {
