@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -401,12 +400,12 @@ func wrapFirst(first, all error) error {
 	return &apiError{Status: ae.Status, Type: ae.Type, Msg: all.Error()}
 }
 
-// bulkCommand is one entry of POST /bulk_docs.
+// bulkCommand is one entry of POST /bulk_docs (read by parseBulkCommand).
 type bulkCommand struct {
-	Type         string          `json:"Type"`
-	ID           string          `json:"Id"`
-	Document     json.RawMessage `json:"Document"`
-	ChangeVector *string         `json:"ChangeVector"`
+	Type         string
+	ID           string
+	Document     []byte // raw JSON, a slice of the validated request body
+	ChangeVector *string
 }
 
 // parseBulkCommands reads {"Commands": [...]} in one validating pass plus
@@ -567,7 +566,7 @@ func (n *Node) bulkOps(cmds []bulkCommand) ([]storage.Op, error) {
 			if int64(len(c.Document)) > n.maxDocBytes {
 				return nil, badRequest("command %d (%q): document of %d bytes exceeds the limit of %d bytes (http.max-document-bytes, and what one NATS message carries)", i, c.ID, len(c.Document), n.maxDocBytes)
 			}
-			p, err := document.ParseValid(c.Document) // the body was decoded whole: valid JSON
+			p, err := document.ParseValid(c.Document) // the body was validated whole
 			if err != nil {
 				return nil, badRequest("command %d (%q): Document: %v", i, c.ID, err)
 			}

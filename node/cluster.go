@@ -185,11 +185,9 @@ func (n *Node) handleRemoveNode(w http.ResponseWriter, r *http.Request) {
 	}
 	// Refuse before touching raft membership what the FSM would refuse.
 	for _, rec := range n.fsm.Records() {
-		for _, sh := range rec.ShardNumbers() {
-			if m := rec.Sharding.Shards[sh].Members; len(m) == 1 && m[0] == tag {
-				writeError(w, &apiError{Status: http.StatusConflict, Type: "OnlyReplica", Msg: fmt.Sprintf("node %s holds the only replica of shard %d of %q: its data exists nowhere else; delete the database first", tag, sh, rec.DatabaseName)})
-				return
-			}
+		if sh, ok := rec.SoleReplicaShard(tag); ok {
+			writeError(w, &apiError{Status: http.StatusConflict, Type: "OnlyReplica", Msg: fmt.Sprintf("node %s holds the only replica of shard %d of %q: its data exists nowhere else; delete the database first", tag, sh, rec.DatabaseName)})
+			return
 		}
 	}
 	if err := n.raft.r.RemoveServer(raft.ServerID(tag), 0, 10*time.Second).Error(); err != nil {

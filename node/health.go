@@ -10,9 +10,9 @@ import (
 )
 
 // Heartbeats: every node publishes its tag and incarnation (random, new at
-// every start) on sn.<cluster>.heartbeat every heartbeatEvery; a node not heard from within downAfter is Down. Routing
-// prefers nodes that are up, and a request that finds no responder marks
-// its node down at once.
+// every start) on sn.<cluster>.heartbeat every heartbeatEvery; a node not
+// heard from within downAfter is Down. Routing prefers nodes that are up,
+// and a request that finds no responder marks its node down at once.
 const (
 	heartbeatEvery = 250 * time.Millisecond
 	downAfter      = 1500 * time.Millisecond

@@ -1,6 +1,9 @@
 package raftfsm
 
-import "slices"
+import (
+	"cmp"
+	"slices"
+)
 
 // ChangeKind says what a Change reports.
 type ChangeKind string
@@ -135,7 +138,7 @@ func OperationMigrations(rec *DatabaseRecord, id string) []*BucketMigration {
 			out = append(out, m)
 		}
 	}
-	slices.SortFunc(out, func(a, b *BucketMigration) int { return int(a.Bucket) - int(b.Bucket) })
+	slices.SortFunc(out, func(a, b *BucketMigration) int { return cmp.Compare(a.Bucket, b.Bucket) })
 	return out
 }
 
@@ -147,15 +150,7 @@ func (f *FSM) Changes(db string, after uint64) (changes []Change, complete bool)
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	j := f.journal
-	i, _ := slices.BinarySearchFunc(j.changes, after+1, func(c Change, idx uint64) int {
-		switch {
-		case c.Index < idx:
-			return -1
-		case c.Index > idx:
-			return 1
-		}
-		return 0
-	})
+	i, _ := slices.BinarySearchFunc(j.changes, after+1, func(c Change, idx uint64) int { return cmp.Compare(c.Index, idx) })
 	for _, c := range j.changes[i:] {
 		if c.Database == db {
 			changes = append(changes, c)

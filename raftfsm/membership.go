@@ -19,8 +19,15 @@ func applyRemoveNode(s *State, index uint64, c *RemoveNode) (any, error) {
 	if _, ok := s.Nodes[c.Tag]; !ok {
 		return nil, fmt.Errorf("%w: %q", ErrNodeNotFound, c.Tag)
 	}
-	if db, shard, ok := soleReplica(s, c.Tag); ok {
-		return nil, fmt.Errorf("%w: node %s holds the only replica of shard %d of %q; delete the database or wait for a replica elsewhere", ErrConflict, c.Tag, shard, db)
+	names := make([]string, 0, len(s.Databases))
+	for name := range s.Databases {
+		names = append(names, name)
+	}
+	sort.Strings(names) // the same order, so the same choices, everywhere
+	for _, name := range names {
+		if shard, ok := s.Databases[name].SoleReplicaShard(c.Tag); ok {
+			return nil, fmt.Errorf("%w: node %s holds the only replica of shard %d of %q; delete the database or wait for a replica elsewhere", ErrConflict, c.Tag, shard, name)
+		}
 	}
 	delete(s.Nodes, c.Tag)
 	load := map[string]int{}
@@ -36,11 +43,6 @@ func applyRemoveNode(s *State, index uint64, c *RemoveNode) (any, error) {
 			}
 		}
 	}
-	names := make([]string, 0, len(s.Databases))
-	for name := range s.Databases {
-		names = append(names, name)
-	}
-	sort.Strings(names) // the same order, so the same choices, everywhere
 	replaced := map[string][]string{}
 	for _, name := range names {
 		if !holds(s.Databases[name], c.Tag) {
@@ -71,16 +73,15 @@ func applyRemoveNode(s *State, index uint64, c *RemoveNode) (any, error) {
 	return replaced, nil
 }
 
-// soleReplica finds a shard whose only member is tag.
-func soleReplica(s *State, tag string) (string, int, bool) {
-	for name, r := range s.Databases {
-		for n, t := range r.Sharding.Shards {
-			if len(t.Members) == 1 && t.Members[0] == tag {
-				return name, n, true
-			}
+// SoleReplicaShard returns the lowest-numbered shard whose only member is
+// tag: removing that node would lose the shard's data.
+func (r *DatabaseRecord) SoleReplicaShard(tag string) (int, bool) {
+	for _, n := range r.ShardNumbers() {
+		if m := r.Sharding.Shards[n].Members; len(m) == 1 && m[0] == tag {
+			return n, true
 		}
 	}
-	return "", 0, false
+	return 0, false
 }
 
 func holds(r *DatabaseRecord, tag string) bool {

@@ -27,21 +27,17 @@ func (s *Store) Get(id string) (*Document, error) {
 func (s *Store) GetItem(id string) (*Document, error) {
 	b := bucket.ForID(id)
 	key := itemKey(b, id)
-	if c := s.docs; c != nil {
-		if d, ok := c.get(s, string(key)); ok {
+	var gen uint64
+	if s.docs != nil {
+		if d, ok := s.docs.get(s, string(key)); ok {
 			return d, nil
 		}
-		gen := c.generation(s)
-		d, err := s.get(key, b)
-		if err == nil {
-			c.put(s, string(key), d, gen)
-		}
-		if err != nil && !errors.Is(err, ErrNotFound) {
-			return nil, fmt.Errorf("get %q: %w", id, err)
-		}
-		return d, err
+		gen = s.docs.generation(s)
 	}
 	d, err := s.get(key, b)
+	if err == nil && s.docs != nil {
+		s.docs.put(s, string(key), d, gen)
+	}
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return nil, fmt.Errorf("get %q: %w", id, err)
 	}

@@ -64,11 +64,12 @@ type Store struct {
 	// Group-commit figures, for observing how well commits are shared.
 	commits, commitOps, commitNanos, syncNanos uint64
 
+	docs *DocCache // nil: no document cache
+
 	// statsCache holds recently written buckets' committed statistics, so
 	// a write need not read them back from Pebble: a memtable seek costs
 	// ~10 µs on these machines, as much as the rest of a write's storage
 	// work. Only the committer goroutine touches it.
-	docs          *DocCache // nil: no document cache
 	statsCache    map[uint32]*bucketState
 	statsCacheMax int // entries; tests lower it
 	// used has a bit for every bucket that has statistics on disk, i.e. that
