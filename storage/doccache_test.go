@@ -31,6 +31,7 @@ func TestDocCacheNeverServesAnAcknowledgedOverwrite(t *testing.T) {
 		}
 	}
 	stop := make(chan struct{})
+	var writes atomic.Int64
 	var wg sync.WaitGroup
 	for w := 0; w < 4; w++ {
 		wg.Add(1)
@@ -51,10 +52,11 @@ func TestDocCacheNeverServesAnAcknowledgedOverwrite(t *testing.T) {
 					return
 				}
 				acked[k].Store(v)
+				writes.Add(1)
 			}
 		}()
 	}
-	var reads, stale atomic.Int64
+	var reads atomic.Int64
 	for r := 0; r < 4; r++ {
 		wg.Add(1)
 		go func() {
@@ -75,18 +77,21 @@ func TestDocCacheNeverServesAnAcknowledgedOverwrite(t *testing.T) {
 				v, _ := strconv.ParseInt(string(d.Body[5:len(d.Body)-1]), 10, 64)
 				reads.Add(1)
 				if v < floor {
-					stale.Add(1)
 					t.Errorf("k%d: read version %d after %d was acknowledged", k, v, floor)
 					return
 				}
 			}
 		}()
 	}
-	time.Sleep(2 * time.Second) // the load's duration, not a wait for a condition
+	// Run until readers have raced many acknowledged overwrites.
+	deadline := time.Now().Add(60 * time.Second)
+	for (reads.Load() < 20000 || writes.Load() < 1000) && !t.Failed() && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
 	close(stop)
 	wg.Wait()
-	if reads.Load() < 1000 {
-		t.Fatalf("only %d reads", reads.Load())
+	if reads.Load() < 20000 || writes.Load() < 1000 {
+		t.Fatalf("only %d reads and %d writes before the deadline", reads.Load(), writes.Load())
 	}
 	cache.mu.Lock()
 	defer cache.mu.Unlock()
