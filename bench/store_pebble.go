@@ -12,33 +12,14 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/shardnode/shardnode/bucket"
+	"github.com/shardnode/shardnode/storage"
 )
 
-// pebbleOptions mirrors storage/store.go's pebbleOptions (the tuned profile
-// of DESIGN §8) value for value, so the raw baseline differs from shardnode
-// only by what shardnode adds on top of Pebble. Keep the two in step.
+// pebbleOptions is the profile every shardnode replica opens Pebble with,
+// so the raw baseline differs from shardnode only by what shardnode adds
+// on top of Pebble.
 func pebbleOptions(cache *pebble.Cache) *pebble.Options {
-	o := &pebble.Options{
-		Cache:                       cache,
-		MemTableSize:                32 << 20,
-		MemTableStopWritesThreshold: 4,
-		L0CompactionThreshold:       2,
-		L0StopWritesThreshold:       1000,
-		LBaseMaxBytes:               256 << 20,
-		CompactionConcurrencyRange:  func() (int, int) { return 1, 2 },
-		Logger:                      quietLogger{},
-	}
-	o.EnsureDefaults()
-	return o
-}
-
-// quietLogger drops Pebble's informational lines.
-type quietLogger struct{}
-
-func (quietLogger) Infof(string, ...any)  {}
-func (quietLogger) Errorf(string, ...any) {}
-func (quietLogger) Fatalf(format string, args ...any) {
-	panic(fmt.Sprintf(format, args...))
+	return storage.PebbleOptions(cache, 0, nil)
 }
 
 // pebbleSystem is the raw Pebble baseline: one Pebble instance per shard,

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
+
 	"github.com/shardnode/shardnode/bucket"
 	"github.com/shardnode/shardnode/changevector"
 )
@@ -424,5 +426,78 @@ func TestFeedOrigin(t *testing.T) {
 		if (err == nil) != c.ok || origin != c.origin || (c.ok && string(r) != string(ref)) {
 			t.Errorf("parseFeedRef(%q) = %q %q %v", c.v, origin, r, err)
 		}
+	}
+}
+
+// TestOpensStoreWrittenBeforeValueSeparation: a replica written by a
+// version that kept every value inside its sstables opens, is upgraded in
+// place, and serves and updates its old documents next to new ones.
+func TestOpensStoreWrittenBeforeValueSeparation(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	big := `{"f":"` + strings.Repeat("x", 2000) + `"}`
+	old := func(o *pebble.Options) {
+		o.FormatMajorVersion = pebble.FormatTableFormatV6
+		o.Experimental.ValueSeparationPolicy = func() pebble.ValueSeparationPolicy { return pebble.ValueSeparationPolicy{} }
+	}
+	s, err := Open(Options{Dir: dir, NodeTag: "A", tune: old})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cvs := map[string]string{}
+	for i := range 100 {
+		id := fmt.Sprintf("old/%d", i)
+		res, err := s.Write(ctx, []Op{put(id, big)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cvs[id] = res[0].ChangeVector
+	}
+	if err := s.db.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.db.Metrics().BlobFiles.LiveCount; n != 0 {
+		t.Fatalf("old store wrote %d blob files", n)
+	}
+	if v := s.db.FormatMajorVersion(); v != pebble.FormatTableFormatV6 {
+		t.Fatalf("old store format %v", v)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openTest(t, dir)
+	if v := s.db.FormatMajorVersion(); v != pebble.FormatValueSeparation {
+		t.Fatalf("reopened store format %v, want %v", v, pebble.FormatValueSeparation)
+	}
+	for i := range 100 {
+		id := fmt.Sprintf("new/%d", i)
+		if _, err := s.Write(ctx, []Op{put(id, big)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for id, cv := range cvs {
+		if _, err := s.Write(ctx, []Op{{Kind: OpPut, ID: id, Collection: "Users", Body: []byte(big + " "), IfMatch: cv}}); err != nil {
+			t.Fatalf("update %s written before the upgrade: %v", id, err)
+		}
+	}
+	if err := s.db.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if m := s.db.Metrics(); m.BlobFiles.LiveCount == 0 || m.BlobFiles.ReferencedValueSize < 200*2000 {
+		t.Fatalf("bodies written after the upgrade are not separated: %+v", m.BlobFiles)
+	}
+	if err := s.db.Compact(ctx, []byte{0}, []byte{0xff}, true); err != nil {
+		t.Fatal(err)
+	}
+	for _, prefix := range []string{"old", "new"} {
+		for i := range 100 {
+			d, err := s.Get(fmt.Sprintf("%s/%d", prefix, i))
+			if err != nil || len(d.Body) < 2000 {
+				t.Fatalf("%s/%d after compaction: %v", prefix, i, err)
+			}
+		}
+	}
+	if st := s.Stats(); st.DocumentsCount != 200 {
+		t.Fatalf("store counts %d documents, want 200", st.DocumentsCount)
 	}
 }
