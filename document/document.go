@@ -53,6 +53,77 @@ func ParseValid(raw []byte) (Parsed, error) {
 	return split(AppendCompact(make([]byte, 0, len(raw)), raw))
 }
 
+// ParseOwned is Parse for a body its caller owns and does not read again:
+// the result's Body may share raw's memory, and raw's bytes may be
+// overwritten (see ParseValidOwned).
+func ParseOwned(raw []byte) (Parsed, error) {
+	compact, err := Validate(raw)
+	if err != nil {
+		return Parsed{}, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	if !compact {
+		raw = AppendCompact(make([]byte, 0, len(raw)), raw)
+	}
+	return splitInPlace(raw)
+}
+
+// ParseValidOwned is ParseValid for a document its caller owns and does
+// not read again, such as one command of a request body: the result's Body
+// may share raw's memory, and raw's bytes may be overwritten. knownCompact
+// says raw is known to hold no whitespace (the whole body it came from was
+// compact), which spares a scan. A body without "@metadata", or with it as
+// the first or last member, is not copied at all.
+func ParseValidOwned(raw []byte, knownCompact bool) (Parsed, error) {
+	if !knownCompact && !compact(raw) {
+		raw = AppendCompact(make([]byte, 0, len(raw)), raw)
+	}
+	return splitInPlace(raw)
+}
+
+// splitInPlace is split for a compact value it may overwrite: removing a
+// first or last "@metadata" member rewrites one byte instead of copying.
+func splitInPlace(c []byte) (Parsed, error) {
+	if len(c) == 0 || c[0] != '{' {
+		return Parsed{}, ErrNotObject
+	}
+	metaStart, metaEnd, metas := 0, 0, 0
+	i := 1
+	for i < len(c)-1 {
+		keyEnd := skipString(c, i)
+		valEnd := skipAny(c, keyEnd+1)
+		if string(c[i:keyEnd]) == `"@metadata"` {
+			metaStart, metaEnd = i, valEnd
+			metas++
+		}
+		i = valEnd
+		if c[i] == ',' {
+			i++
+		}
+	}
+	if metas == 0 {
+		return Parsed{Body: c}, nil
+	}
+	last := metaEnd == len(c)-1
+	if metas > 1 || (metaStart != 1 && !last) {
+		return split(c) // a member in the middle, or several: copy
+	}
+	col, err := collectionOf(c[metaStart+len(`"@metadata"`)+1 : metaEnd])
+	if err != nil {
+		return Parsed{}, err
+	}
+	switch {
+	case metaStart == 1 && last: // the only member
+		c[1] = '}'
+		return Parsed{Body: c[:2], Collection: col}, nil
+	case metaStart == 1: // first: its comma becomes the opening brace
+		c[metaEnd] = '{'
+		return Parsed{Body: c[metaEnd:], Collection: col}, nil
+	default: // last: the comma before it becomes the closing brace
+		c[metaStart-1] = '}'
+		return Parsed{Body: c[:metaStart], Collection: col}, nil
+	}
+}
+
 // compact reports whether valid JSON raw has no whitespace outside strings.
 func compact(raw []byte) bool {
 	in := false

@@ -95,3 +95,45 @@ func TestParseValidMatchesParse(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParseValidOwned: splitting in place (ParseOwned, ParseValidOwned) gives exactly what Parse gives,
+// wherever "@metadata" sits and however often it appears, and the known
+// compact hint only skips work.
+func FuzzParseValidOwned(f *testing.F) {
+	for _, s := range []string{
+		`{"@metadata":{"@collection":"U"},"a":1}`,
+		`{"a":1,"@metadata":{"@collection":"U"}}`,
+		`{"a":1,"@metadata":{"@collection":"U"},"b":2}`,
+		`{"@metadata":{"@collection":"U"}}`,
+		`{"@metadata":{"@collection":"U"},"@metadata":{"@collection":"V"}}`,
+		`{"@metadata":{"@collection":null},"x":"@metadata"}`,
+		`{"@metadata":[1],"a":1}`,
+		`{ "a" : 1 , "@metadata" : { "@collection" : "U" } }`,
+		`{}`,
+		`[{"@metadata":{}}]`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		want, werr := Parse(in)
+		got, gerr := ParseOwned(append([]byte(nil), in...))
+		if (werr == nil) != (gerr == nil) || string(want.Body) != string(got.Body) || want.Collection != got.Collection {
+			t.Fatalf("%s: Parse %s %q %v, ParseOwned %s %q %v", in, want.Body, want.Collection, werr, got.Body, got.Collection, gerr)
+		}
+		if _, err := Validate(in); err != nil {
+			return
+		}
+		for _, hint := range []bool{false, true} {
+			c := append([]byte(nil), in...)
+			if hint {
+				if !compact(c) {
+					continue
+				}
+			}
+			got, gerr := ParseValidOwned(c, hint)
+			if (werr == nil) != (gerr == nil) || string(want.Body) != string(got.Body) || want.Collection != got.Collection {
+				t.Fatalf("%s (hint %v): Parse %s %q %v, ParseValidOwned %s %q %v", in, hint, want.Body, want.Collection, werr, got.Body, got.Collection, gerr)
+			}
+		}
+	})
+}

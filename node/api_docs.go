@@ -224,7 +224,7 @@ func (n *Node) handlePutDoc(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	p, err := document.Parse(raw)
+	p, err := document.ParseOwned(raw) // raw is not read again
 	if err != nil {
 		writeError(w, badRequest("document %q: %v", dw.id, err))
 		return
@@ -279,17 +279,26 @@ func (n *Node) writeOps(ctx context.Context, t target, ops []storage.Op, wc writ
 	}
 	hinted := map[int]ownerHint{} // op index → owner a refusal named
 	for attempt := 0; ; attempt++ {
-		groups := map[route]*group{}
-		var order []*group
-		for _, i := range pending {
+		// Route every op, then fill groups sized to fit: an op is large
+		// and growing a group's slice would copy it again and again.
+		routes := make([]route, len(pending))
+		sizes := map[route]int{}
+		for j, i := range pending {
 			_, shard := shardFor(t, ops[i].ID)
 			r := route{shard, t.rec.Etag}
 			if h, ok := hinted[i]; ok && h.RecordEtag > t.rec.Etag {
 				r = route{h.Shard, h.RecordEtag}
 			}
+			routes[j] = r
+			sizes[r]++
+		}
+		groups := make(map[route]*group, len(sizes))
+		var order []*group
+		for j, i := range pending {
+			r := routes[j]
 			g, ok := groups[r]
 			if !ok {
-				g = &group{shard: r.shard, routed: r.routed}
+				g = &group{shard: r.shard, routed: r.routed, idx: make([]int, 0, sizes[r]), ops: make([]storage.Op, 0, sizes[r])}
 				groups[r] = g
 				order = append(order, g)
 			}
@@ -411,12 +420,12 @@ type bulkCommand struct {
 // parseBulkCommands reads {"Commands": [...]} in one validating pass plus
 // one walk: each document stays a slice of raw, never decoded (bulk bodies
 // are large, and encoding/json scanned them three times).
-func parseBulkCommands(raw []byte) ([]bulkCommand, error) {
-	if _, err := document.Validate(raw); err != nil {
-		return nil, badRequest("malformed JSON body: %v", err)
+func parseBulkCommands(raw []byte) (cmds []bulkCommand, compact bool, err error) {
+	compact, err = document.Validate(raw)
+	if err != nil {
+		return nil, false, badRequest("malformed JSON body: %v", err)
 	}
-	var cmds []bulkCommand
-	err := document.Members(raw, func(k, v []byte) error {
+	err = document.Members(raw, func(k, v []byte) error {
 		if !document.KeyIs(k, "Commands") {
 			return nil
 		}
@@ -432,16 +441,16 @@ func parseBulkCommands(raw []byte) ([]bulkCommand, error) {
 		})
 	})
 	if errors.Is(err, document.ErrNotObject) {
-		return nil, badRequest("malformed JSON body: must be an object with \"Commands\"")
+		return nil, false, badRequest("malformed JSON body: must be an object with \"Commands\"")
 	}
 	if err != nil {
 		var ae *apiError
 		if errors.As(err, &ae) {
-			return nil, err
+			return nil, false, err
 		}
-		return nil, badRequest(`malformed JSON body: "Commands": %v`, err)
+		return nil, false, badRequest(`malformed JSON body: "Commands": %v`, err)
 	}
-	return cmds, nil
+	return cmds, compact, nil
 }
 
 // parseBulkCommand reads command i, valid JSON.
@@ -506,7 +515,7 @@ func (n *Node) handleBulkDocs(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	cmds, err := parseBulkCommands(raw)
+	cmds, compact, err := parseBulkCommands(raw)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -519,7 +528,7 @@ func (n *Node) handleBulkDocs(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badRequest("%d commands; at most %d per request", len(cmds), maxBulkCommands))
 		return
 	}
-	ops, err := n.bulkOps(cmds)
+	ops, err := n.bulkOps(cmds, compact) // raw is not read again: documents are split in place
 	if err != nil {
 		writeError(w, err)
 		return
@@ -547,8 +556,11 @@ func (n *Node) handleBulkDocs(w http.ResponseWriter, r *http.Request) {
 }
 
 // bulkOps validates every command before anything is written: one bad
-// command refuses the whole batch.
-func (n *Node) bulkOps(cmds []bulkCommand) ([]storage.Op, error) {
+// command refuses the whole batch. The commands' documents are parts of a
+// request body the caller owns and does not read again (compact says the
+// body held no whitespace): they are split in place, and their bodies share
+// its memory.
+func (n *Node) bulkOps(cmds []bulkCommand, compact bool) ([]storage.Op, error) {
 	ops := make([]storage.Op, len(cmds))
 	for i, c := range cmds {
 		if err := validateID(c.ID); err != nil {
@@ -566,7 +578,7 @@ func (n *Node) bulkOps(cmds []bulkCommand) ([]storage.Op, error) {
 			if int64(len(c.Document)) > n.maxDocBytes {
 				return nil, badRequest("command %d (%q): document of %d bytes exceeds the limit of %d bytes (http.max-document-bytes, and what one NATS message carries)", i, c.ID, len(c.Document), n.maxDocBytes)
 			}
-			p, err := document.ParseValid(c.Document) // the body was validated whole
+			p, err := document.ParseValidOwned(c.Document, compact) // the body was validated whole
 			if err != nil {
 				return nil, badRequest("command %d (%q): Document: %v", i, c.ID, err)
 			}

@@ -62,7 +62,21 @@ var errCorruptItem = errors.New("corrupt item record")
 // encode lays the item out as: format, flags, etag, last-modified (unix ns),
 // id, collection, change vector (each length-prefixed), then the body.
 func (d *Document) encode() []byte {
-	b := make([]byte, 0, 32+len(d.ID)+len(d.Collection)+len(d.ChangeVector)+len(d.Body))
+	return d.appendEncoded(make([]byte, 0, d.encodedLen()))
+}
+
+// encodedLen is the length of the item's encoding.
+func (d *Document) encodedLen() int {
+	var tmp [binary.MaxVarintLen64]byte
+	n := 2 + binary.PutUvarint(tmp[:], d.Etag) + binary.PutVarint(tmp[:], d.LastModified.UnixNano())
+	for _, s := range [...]string{d.ID, d.Collection, d.ChangeVector} {
+		n += binary.PutUvarint(tmp[:], uint64(len(s))) + len(s)
+	}
+	return n + len(d.Body)
+}
+
+// appendEncoded appends the item's encoding to b.
+func (d *Document) appendEncoded(b []byte) []byte {
 	b = append(b, itemFormat, byte(d.Flags))
 	b = binary.AppendUvarint(b, d.Etag)
 	b = binary.AppendVarint(b, d.LastModified.UnixNano())

@@ -222,7 +222,7 @@ type bucketState struct {
 type pendingItem struct {
 	key       []byte
 	doc       *Document // nil: key absent
-	val       []byte    // doc encoded
+	vlen      int       // length of doc's encoding
 	size      int64
 	committed uint64 // etag of the committed version (its feed entry goes)
 }
@@ -648,8 +648,8 @@ func (g *round) store(parent *round, key []byte, cur *pendingItem, doc *Document
 	if err != nil {
 		return err
 	}
-	val := doc.encode()
-	size := int64(len(key) + len(val))
+	vlen := doc.encodedLen()
+	size := int64(len(key) + vlen)
 	// Artificial tombstones (left by a purge) count nowhere: a bucket that
 	// holds only those is empty.
 	if cur.doc != nil && !cur.doc.artificial() {
@@ -674,7 +674,7 @@ func (g *round) store(parent *round, key []byte, cur *pendingItem, doc *Document
 	}
 	st.cv = changevector.Merge(st.cv, version)
 	g.counters.CV = changevector.Merge(g.counters.CV, version)
-	g.items[string(key)] = &pendingItem{key: key, doc: doc, val: val, size: size, committed: cur.committed}
+	g.items[string(key)] = &pendingItem{key: key, doc: doc, vlen: vlen, size: size, committed: cur.committed}
 	return nil
 }
 
@@ -718,12 +718,15 @@ func (r *round) commit() error {
 	if len(r.items) == 0 && len(r.progress) == 0 {
 		return nil
 	}
-	b := r.s.db.NewBatch()
-	defer closeQuietly(b)
+	// Size the batch up front: growing it copies every document again.
+	size := 256 + 128*len(r.stats) + 64*len(r.progress)
 	items := make([]*pendingItem, 0, len(r.items))
 	for _, p := range r.items {
 		items = append(items, p)
+		size += 2*len(p.key) + p.vlen + 32
 	}
+	b := r.s.db.NewBatchWithSize(size)
+	defer closeQuietly(b)
 	slices.SortFunc(items, func(a, b *pendingItem) int { return bytes.Compare(a.key, b.key) })
 	for _, p := range items {
 		if p.doc == nil {
@@ -732,7 +735,13 @@ func (r *round) commit() error {
 			}
 			continue
 		}
-		if err := b.Set(p.key, p.val, nil); err != nil {
+		// The document is encoded straight into the batch.
+		op := b.SetDeferred(len(p.key), p.vlen)
+		copy(op.Key, p.key)
+		if v := p.doc.appendEncoded(op.Value[:0]); len(v) != p.vlen {
+			return fmt.Errorf("encode %q: %d bytes, expected %d", p.doc.ID, len(v), p.vlen)
+		}
+		if err := op.Finish(); err != nil {
 			return err
 		}
 	}
