@@ -178,7 +178,7 @@ func (l *localReplica) bucket(_ context.Context, b uint32, maxIDs int) (bucketIn
 	if maxIDs <= 0 || st.DocumentsCount == 0 {
 		return info, nil
 	}
-	err = l.s.IterateBuckets(b, b, func(d *storage.Document) bool {
+	err = l.s.IterateBucketsMeta(b, b, func(d *storage.Document) bool {
 		if !d.Deleted() {
 			info.IDs = append(info.IDs, d.ID)
 		}

@@ -506,7 +506,7 @@ func (a *Agent) cleanup(ctx context.Context, m raftfsm.BucketMigration) error {
 	}
 	a.c.NotePurge(a.db, a.shard, m.ConfirmationIndex)
 	var ops []storage.Op
-	err = a.s.IterateBuckets(m.Bucket, m.Bucket, func(d *storage.Document) bool {
+	err = a.s.IterateBucketsMeta(m.Bucket, m.Bucket, func(d *storage.Document) bool {
 		if !d.Artificial() {
 			ops = append(ops, storage.Op{Kind: storage.OpPurge, ID: d.ID, CoveredBy: covered})
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -179,4 +180,49 @@ func BenchmarkBulkWrites(b *testing.B) {
 			return errors.Join(errs...)
 		})
 	})
+}
+
+// BenchmarkOverwrites: 64 writers replace random documents of 200k already
+// on disk (flushed, their bodies in blob files), as YCSB's updates do; each
+// write first reads the stored version's change vector.
+func BenchmarkOverwrites(b *testing.B) {
+	const docs = 200_000
+	stores := benchStores(b, 1)
+	s := stores[0]
+	body := []byte(`{"f":"` + strings.Repeat("x", 1000) + `"}`)
+	for i := 0; i < docs; i += 1000 {
+		ops := make([]Op, 0, 1000)
+		for j := i; j < i+1000; j++ {
+			ops = append(ops, Op{Kind: OpPut, ID: fmt.Sprintf("doc/%d", j), Body: body})
+		}
+		if _, err := s.Write(context.Background(), ops); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := s.db.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	var n atomic.Int64
+	var wg sync.WaitGroup
+	start, cpu0 := time.Now(), processCPU()
+	per := b.N/benchWriters + 1
+	for w := 0; w < benchWriters; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(w), 1))
+			for i := 0; i < per; i++ {
+				if _, err := s.Write(context.Background(), []Op{{Kind: OpPut, ID: fmt.Sprintf("doc/%d", r.IntN(docs)), Body: body}}); err != nil {
+					b.Error(err)
+					return
+				}
+				n.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	el, cpu := time.Since(start), processCPU()-cpu0
+	b.ReportMetric(float64(n.Load())/el.Seconds(), "writes/s")
+	b.ReportMetric(float64(cpu.Microseconds())/float64(n.Load()), "cpu-us/write")
 }

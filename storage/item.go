@@ -45,6 +45,12 @@ type Document struct {
 	// for anything written or changed here. A replicator does not send an
 	// item back to its origin.
 	Origin string
+
+	// bodyElsewhere marks an item read without its body, which is kept
+	// under the item's body key and is bodyLen bytes long: a writer that
+	// only needs an item's metadata never reads its body.
+	bodyElsewhere bool
+	bodyLen       int
 }
 
 // Deleted reports whether the item is a tombstone.
@@ -55,12 +61,31 @@ func (d *Document) Artificial() bool { return d.artificial() }
 
 func (d *Document) artificial() bool { return d.Flags&FlagArtificial != 0 }
 
-const itemFormat = 1
+// Item formats: the first byte of an item's value.
+const (
+	// itemFormat holds the metadata and the body in one value.
+	itemFormat = 1
+	// itemFormatSplit holds the metadata and the body's length; the body
+	// is under the item's body key (see bodyKey).
+	itemFormatSplit = 2
+)
+
+// bodyKeyMin is the smallest body kept under its own key. Pebble separates
+// values this large into blob files (see PebbleOptions), where reading one
+// costs a second file read: keeping the metadata apart lets writes,
+// replication duplicates and purges, which need only the change vector,
+// read a small value that stays in the sstables.
+const bodyKeyMin = 256
 
 var errCorruptItem = errors.New("corrupt item record")
 
+// splitBody reports whether the item is stored with its body under its
+// body key.
+func (d *Document) splitBody() bool { return !d.Deleted() && len(d.Body) >= bodyKeyMin }
+
 // encode lays the item out as: format, flags, etag, last-modified (unix ns),
-// id, collection, change vector (each length-prefixed), then the body.
+// id, collection, change vector (each length-prefixed), then the body, or,
+// for a body kept under its body key, the body's length.
 func (d *Document) encode() []byte {
 	return d.appendEncoded(make([]byte, 0, d.encodedLen()))
 }
@@ -72,22 +97,66 @@ func (d *Document) encodedLen() int {
 	for _, s := range [...]string{d.ID, d.Collection, d.ChangeVector} {
 		n += binary.PutUvarint(tmp[:], uint64(len(s))) + len(s)
 	}
+	if d.splitBody() {
+		return n + binary.PutUvarint(tmp[:], uint64(len(d.Body)))
+	}
 	return n + len(d.Body)
 }
 
 // appendEncoded appends the item's encoding to b.
 func (d *Document) appendEncoded(b []byte) []byte {
-	b = append(b, itemFormat, byte(d.Flags))
+	format := byte(itemFormat)
+	if d.splitBody() {
+		format = itemFormatSplit
+	}
+	b = append(b, format, byte(d.Flags))
 	b = binary.AppendUvarint(b, d.Etag)
 	b = binary.AppendVarint(b, d.LastModified.UnixNano())
 	b = appendString(b, d.ID)
 	b = appendString(b, d.Collection)
 	b = appendString(b, d.ChangeVector)
+	if format == itemFormatSplit {
+		return binary.AppendUvarint(b, uint64(len(d.Body)))
+	}
 	return append(b, d.Body...)
 }
 
+// bodyValueLen is the length of the value under a split item's body key:
+// the item's etag, then the body. The etag ties the body to the version
+// of the metadata read beside it.
+func (d *Document) bodyValueLen() int {
+	var tmp [binary.MaxVarintLen64]byte
+	return binary.PutUvarint(tmp[:], d.Etag) + len(d.Body)
+}
+
+func (d *Document) appendBodyValue(b []byte) []byte {
+	return append(binary.AppendUvarint(b, d.Etag), d.Body...)
+}
+
+// setBody fills in the body of an item read without it from the value v
+// under its body key. A value of another version (the item changed between
+// the two reads) is errStaleBody.
+func (d *Document) setBody(v []byte) error {
+	etag, n := binary.Uvarint(v)
+	if n <= 0 {
+		return fmt.Errorf("body of %q: %w", d.ID, errCorruptItem)
+	}
+	if etag != d.Etag {
+		return errStaleBody
+	}
+	if len(v)-n != d.bodyLen {
+		return fmt.Errorf("body of %q: %d bytes, metadata says %d: %w", d.ID, len(v)-n, d.bodyLen, errCorruptItem)
+	}
+	d.Body = append([]byte(nil), v[n:]...)
+	d.bodyElsewhere = false
+	return nil
+}
+
+// errStaleBody means a body belongs to another version of its item.
+var errStaleBody = errors.New("body of another version")
+
 func decodeItem(bucket uint32, v []byte) (*Document, error) {
-	if len(v) < 2 || v[0] != itemFormat {
+	if len(v) < 2 || (v[0] != itemFormat && v[0] != itemFormatSplit) {
 		return nil, errCorruptItem
 	}
 	d := &Document{Bucket: bucket, Flags: Flags(v[1])}
@@ -113,7 +182,14 @@ func decodeItem(bucket uint32, v []byte) (*Document, error) {
 	if d.ChangeVector, p, err = readString(p); err != nil {
 		return nil, err
 	}
-	if !d.Deleted() {
+	switch {
+	case v[0] == itemFormatSplit:
+		l, n := binary.Uvarint(p)
+		if n <= 0 || n != len(p) || d.Deleted() {
+			return nil, fmt.Errorf("body length: %w", errCorruptItem)
+		}
+		d.bodyElsewhere, d.bodyLen = true, int(l)
+	case !d.Deleted():
 		d.Body = append([]byte(nil), p...)
 	}
 	return d, nil

@@ -13,7 +13,16 @@ const (
 	prefixEtag     byte = 0x03 // etag/<etag BE64> → [0x01 <len> <origin>] <bucket BE32><lower id> (see feedRef)
 	prefixBktStat  byte = 0x04 // bucketstat/<bucket BE32> → encoded bucket stats
 	prefixConflict byte = 0x05 // conflict/<bucket BE32><lower id>\x00<etag BE64> → JSON Conflict
+	prefixBody     byte = 0x06 // body/<bucket BE32><lower id> → <etag uvarint><body> of a split item
 )
+
+// bodyKey is the key of the body of the item under itemKey k.
+func bodyKey(k []byte) []byte {
+	b := make([]byte, len(k))
+	b[0] = prefixBody
+	copy(b[1:], k[1:])
+	return b
+}
 
 // progressKey holds how far another replica's feed was applied here.
 func progressKey(source string) []byte {

@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -122,22 +123,24 @@ func (s *Store) RangeStats(from, to uint32, fn func(BucketStats) error) error {
 // false from fn stops the walk.
 func (s *Store) IterateBuckets(from, to uint32, fn func(*Document) bool) error {
 	lower, upper := bucketBounds(from, to)
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
-	if err != nil {
+	if err := s.walk(lower, upper, true, nil, fn); err != nil {
 		return fmt.Errorf("iterate buckets %d-%d: %w", from, to, err)
 	}
-	defer closeQuietly(it)
-	for ok := it.First(); ok; ok = it.Next() {
-		k := it.Key()
-		d, err := decodeItem(binary.BigEndian.Uint32(k[1:5]), it.Value())
-		if err != nil {
-			return fmt.Errorf("item %q: %w", k[5:], err)
-		}
-		if !fn(d) {
-			break
-		}
+	return nil
+}
+
+// IterateBucketsMeta is IterateBuckets without the documents' bodies (each
+// item's Body is nil): for a walk that needs ids and change vectors, it
+// leaves the bodies unread.
+func (s *Store) IterateBucketsMeta(from, to uint32, fn func(*Document) bool) error {
+	lower, upper := bucketBounds(from, to)
+	if err := s.walk(lower, upper, false, nil, func(d *Document) bool {
+		d.Body = nil
+		return fn(d)
+	}); err != nil {
+		return fmt.Errorf("iterate buckets %d-%d: %w", from, to, err)
 	}
-	return it.Error()
+	return nil
 }
 
 // Scan calls fn for every live document of the replica, in bucket order,
@@ -151,9 +154,23 @@ func (s *Store) Scan(fn func(*Document) bool) error {
 // before it (a purge) made incomplete for the caller's purpose.
 func (s *Store) ScanChecked(check func() error, fn func(*Document) bool) error {
 	lower, upper := bucketBounds(0, bucket.MaxID)
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	err := s.walk(lower, upper, true, check, func(d *Document) bool {
+		return d.Deleted() || fn(d)
+	})
 	if err != nil {
 		return fmt.Errorf("scan: %w", err)
+	}
+	return nil
+}
+
+// walk calls fn for the items in [lower, upper) of one read state, in key
+// order, reading split bodies when bodies is set (from a clone of the
+// items' iterator, so from the same state), until fn returns false. check,
+// if set, runs once the state is taken.
+func (s *Store) walk(lower, upper []byte, bodies bool, check func() error, fn func(*Document) bool) error {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return err
 	}
 	defer closeQuietly(it)
 	if check != nil {
@@ -161,17 +178,43 @@ func (s *Store) ScanChecked(check func() error, fn func(*Document) bool) error {
 			return err
 		}
 	}
+	var bit *pebble.Iterator // bodies, cloned on the first split item
+	defer func() {
+		if bit != nil {
+			closeQuietly(bit)
+		}
+	}()
 	for ok := it.First(); ok; ok = it.Next() {
 		k := it.Key()
 		d, err := decodeItem(binary.BigEndian.Uint32(k[1:5]), it.Value())
 		if err != nil {
 			return fmt.Errorf("item %q: %w", k[5:], err)
 		}
-		if d.Deleted() {
-			continue
+		if bodies && d.bodyElsewhere {
+			if bit == nil {
+				blo, bup := bodyKey(lower), bodyKey(upper)
+				if len(upper) == 1 { // the end of the item family
+					bup = []byte{prefixBody + 1}
+				}
+				if bit, err = it.Clone(pebble.CloneOptions{IterOptions: &pebble.IterOptions{LowerBound: blo, UpperBound: bup}}); err != nil {
+					return err
+				}
+			}
+			bk := bodyKey(k)
+			if !bit.SeekGE(bk) || !bytes.Equal(bit.Key(), bk) {
+				return fmt.Errorf("item %q: body missing: %w", k[5:], errCorruptItem)
+			}
+			if err := d.setBody(bit.Value()); err != nil {
+				return fmt.Errorf("item %q: %w", k[5:], err) // same state: a stale body is corruption too
+			}
 		}
 		if !fn(d) {
 			break
+		}
+	}
+	if bit != nil {
+		if err := bit.Error(); err != nil {
+			return err
 		}
 	}
 	return it.Error()

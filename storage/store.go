@@ -377,8 +377,42 @@ func (s *Store) LastEtag() uint64 {
 	return s.lastEtag
 }
 
-// get returns the committed item (document or tombstone) under key.
+// get returns the committed item (document or tombstone) under key, with
+// its body. A split item's metadata and body are two reads; a body of
+// another version means a commit changed the item between them, and both
+// are read again.
 func (s *Store) get(key []byte, bucket uint32) (*Document, error) {
+	var bkey []byte
+	for attempt := 0; ; attempt++ {
+		d, err := s.getMeta(key, bucket)
+		if err != nil || !d.bodyElsewhere {
+			return d, err
+		}
+		if bkey == nil {
+			bkey = bodyKey(key)
+		}
+		v, closer, err := s.db.Get(bkey)
+		switch {
+		case errors.Is(err, pebble.ErrNotFound):
+			err = errStaleBody // deleted since: read the item again
+		case err != nil:
+			return nil, err
+		default:
+			err = d.setBody(v)
+			_ = closer.Close()
+		}
+		if err == nil {
+			return d, nil
+		}
+		if !errors.Is(err, errStaleBody) || attempt == 100 {
+			return nil, fmt.Errorf("body of %q: %w", d.ID, err)
+		}
+	}
+}
+
+// getMeta returns the committed item under key, without a body kept under
+// its body key.
+func (s *Store) getMeta(key []byte, bucket uint32) (*Document, error) {
 	v, closer, err := s.db.Get(key)
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil, ErrNotFound

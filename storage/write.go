@@ -225,6 +225,7 @@ type pendingItem struct {
 	vlen      int       // length of doc's encoding
 	size      int64
 	committed uint64 // etag of the committed version (its feed entry goes)
+	hadBody   bool   // the committed version's body is under its body key
 }
 
 // round accumulates the effects of the groups of one commit.
@@ -352,11 +353,35 @@ func (g *round) lookup(parent *round, key []byte, b uint32) (*pendingItem, error
 		return nil, fmt.Errorf("read %q: %w", key, err)
 	}
 	defer closer.Close()
-	d, err := decodeItem(b, v)
+	d, err := decodeItem(b, v) // a split item's body stays unread
 	if err != nil {
 		return nil, err
 	}
-	return &pendingItem{key: key, doc: d, size: int64(len(key) + len(v)), committed: d.Etag}, nil
+	size := int64(len(key) + len(v))
+	if d.bodyElsewhere {
+		size += int64(len(key) + uvarintLen(d.Etag) + d.bodyLen)
+	}
+	return &pendingItem{key: key, doc: d, size: size, committed: d.Etag, hadBody: d.bodyElsewhere}, nil
+}
+
+// readBody fills in the body of an item the round read without it. The
+// committer is the store's only writer, so the body on disk is the one of
+// the version read.
+func (g *round) readBody(d *Document) error {
+	if !d.bodyElsewhere {
+		return nil
+	}
+	v, closer, err := g.s.db.Get(bodyKey(itemKey(d.Bucket, d.ID)))
+	if err != nil {
+		return fmt.Errorf("body of %q: %w", d.ID, err)
+	}
+	defer closer.Close()
+	return d.setBody(v)
+}
+
+func uvarintLen(v uint64) int {
+	var tmp [binary.MaxVarintLen64]byte
+	return binary.PutUvarint(tmp[:], v)
 }
 
 func (g *round) bucketStats(parent *round, b uint32) (*bucketState, error) {
@@ -576,6 +601,10 @@ func (g *round) decide(cur, incoming *Document, in changevector.ChangeVector) (d
 	case changevector.Equal, changevector.Older:
 		return decision{skip: true, held: cur.ChangeVector}, nil
 	case changevector.Conflict:
+		// Either version may be stored or kept as the loser: both whole.
+		if err := g.readBody(cur); err != nil {
+			return decision{}, err
+		}
 		winner, loser := incoming, cur
 		if wins(cur, incoming) {
 			winner, loser = cur, incoming
@@ -648,8 +677,14 @@ func (g *round) store(parent *round, key []byte, cur *pendingItem, doc *Document
 	if err != nil {
 		return err
 	}
+	if doc.bodyElsewhere {
+		return fmt.Errorf("store %q: the body was not read", doc.ID)
+	}
 	vlen := doc.encodedLen()
 	size := int64(len(key) + vlen)
+	if doc.splitBody() {
+		size += int64(len(key) + doc.bodyValueLen())
+	}
 	// Artificial tombstones (left by a purge) count nowhere: a bucket that
 	// holds only those is empty.
 	if cur.doc != nil && !cur.doc.artificial() {
@@ -674,7 +709,7 @@ func (g *round) store(parent *round, key []byte, cur *pendingItem, doc *Document
 	}
 	st.cv = changevector.Merge(st.cv, version)
 	g.counters.CV = changevector.Merge(g.counters.CV, version)
-	g.items[string(key)] = &pendingItem{key: key, doc: doc, vlen: vlen, size: size, committed: cur.committed}
+	g.items[string(key)] = &pendingItem{key: key, doc: doc, vlen: vlen, size: size, committed: cur.committed, hadBody: cur.hadBody}
 	return nil
 }
 
@@ -723,7 +758,10 @@ func (r *round) commit() error {
 	items := make([]*pendingItem, 0, len(r.items))
 	for _, p := range r.items {
 		items = append(items, p)
-		size += 2*len(p.key) + p.vlen + 32
+		size += 3*len(p.key) + p.vlen + 48
+		if p.doc != nil && p.doc.splitBody() {
+			size += p.doc.bodyValueLen()
+		}
 	}
 	b := r.s.db.NewBatchWithSize(size)
 	defer closeQuietly(b)
@@ -743,6 +781,24 @@ func (r *round) commit() error {
 		}
 		if err := op.Finish(); err != nil {
 			return err
+		}
+	}
+	// Bodies kept apart: set for a split item, deleted when the version
+	// they belonged to is replaced by one without.
+	for _, p := range items {
+		switch {
+		case p.doc != nil && p.doc.splitBody():
+			op := b.SetDeferred(len(p.key), p.doc.bodyValueLen())
+			op.Key[0] = prefixBody
+			copy(op.Key[1:], p.key[1:])
+			p.doc.appendBodyValue(op.Value[:0])
+			if err := op.Finish(); err != nil {
+				return err
+			}
+		case p.hadBody:
+			if err := b.Delete(bodyKey(p.key), nil); err != nil {
+				return err
+			}
 		}
 	}
 	// The feed: entries replaced by this round go, the new ones (etags
