@@ -7,8 +7,19 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 )
+
+// handedOut holds every port freePort returned in this test process: a
+// port is bound only when its member starts, so until then the kernel
+// would let another member (of this cluster or a parallel test's) draw it
+// again. Ports are never returned: a process uses a few hundred of the
+// twenty thousand candidates.
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
 
 // freePort returns a loopback port that was free a moment ago. Ports are
 // chosen once per member and kept across restarts, because raft and NATS
@@ -19,17 +30,24 @@ import (
 // outgoing connection on the machine, so between picking it and the node
 // binding it, some client's connection (another test's, a benchmark's)
 // could take it. Random ports below that range are never given out that
-// way; two test processes collide only by drawing the same number.
+// way; two test processes collide only by drawing the same number, and
+// one process never draws a number twice (handedOut).
 func freePort(t testing.TB) int {
 	t.Helper()
 	lo := ephemeralLow()
+	handedOut.Lock()
+	defer handedOut.Unlock()
 	for range 200 {
 		port := 10000 + rand.IntN(lo-10000)
+		if handedOut.ports[port] {
+			continue
+		}
 		l, err := net.Listen("tcp", addr(port))
 		if err != nil {
 			continue
 		}
 		_ = l.Close()
+		handedOut.ports[port] = true
 		return port
 	}
 	t.Fatalf("pick a free port: no free port found in 10000..%d", lo-1)
