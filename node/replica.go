@@ -342,13 +342,17 @@ func (r *remoteReplica) get(ctx context.Context, ids []string, recordEtag uint64
 }
 
 func (r *remoteReplica) write(ctx context.Context, ops []storage.Op, wc writeConcern, routed uint64) ([]storage.Result, error) {
-	w := make([]wireOp, len(ops))
-	for i, op := range ops {
-		w[i] = wireOp{op.Kind, op.ID, op.Collection, op.Body, op.IfMatch}
+	req := writeRequest{DB: r.db, Shard: r.shard, WaitFor: wc.Replicas, WaitTimeout: wc.Timeout, RecordEtag: routed, Ops: ops}
+	data := appendWriteRequest(make([]byte, 0, writeRequestLen(req)), req)
+	raw, err := r.n.callRaw(ctx, r.tag, opShardWriteBin, data)
+	if err != nil {
+		return nil, err
 	}
 	var res []storage.Result
-	err := r.n.call(ctx, r.tag, "shard.write", shardRequest{DB: r.db, Shard: r.shard, Ops: w, WaitFor: wc.Replicas, WaitTimeout: wc.Timeout, RecordEtag: routed}, &res)
-	return res, err
+	if err := json.Unmarshal(raw, &res); err != nil {
+		return nil, fmt.Errorf("decode %s reply from %s: %w", opShardWriteBin, r.tag, err)
+	}
+	return res, nil
 }
 
 func (r *remoteReplica) query(ctx context.Context, a queryArgs) ([]*storage.Document, error) {
@@ -401,6 +405,29 @@ func (n *Node) registerShardRPC() {
 		}
 		return wireDocs(l.get(ctx, req.IDs, req.RecordEtag))
 	}
+	clientWrites := func(ops []storage.Op) error {
+		for i, o := range ops {
+			if o.Kind != storage.OpPut && o.Kind != storage.OpDelete {
+				return badRequest("op %d: kind %d is not a client write", i, o.Kind)
+			}
+		}
+		return nil
+	}
+	n.rpcHandlers[opShardWriteBin] = func(ctx context.Context, data []byte) (any, error) {
+		req, err := decodeWriteRequest(data)
+		if err != nil {
+			return nil, badRequest("decode shard write: %v", err)
+		}
+		if err := clientWrites(req.Ops); err != nil {
+			return nil, err
+		}
+		l, err := n.local(req.DB, req.Shard)
+		if err != nil {
+			return nil, err
+		}
+		return l.write(ctx, req.Ops, writeConcern{Replicas: req.WaitFor, Timeout: req.WaitTimeout}, req.RecordEtag)
+	}
+	// The JSON form, for writes from nodes of earlier versions.
 	n.rpcHandlers["shard.write"] = func(ctx context.Context, data []byte) (any, error) {
 		l, req, err := local(data)
 		if err != nil {
@@ -409,9 +436,9 @@ func (n *Node) registerShardRPC() {
 		ops := make([]storage.Op, len(req.Ops))
 		for i, o := range req.Ops {
 			ops[i] = storage.Op{Kind: o.Kind, ID: o.ID, Collection: o.Collection, Body: o.Body, IfMatch: o.IfMatch}
-			if o.Kind != storage.OpPut && o.Kind != storage.OpDelete {
-				return nil, badRequest("op %d: kind %d is not a client write", i, o.Kind)
-			}
+		}
+		if err := clientWrites(ops); err != nil {
+			return nil, err
 		}
 		return l.write(ctx, ops, writeConcern{Replicas: req.WaitFor, Timeout: req.WaitTimeout}, req.RecordEtag)
 	}
