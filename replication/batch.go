@@ -33,6 +33,12 @@ type Batch struct {
 	// LastEtag is the source etag the batch covers up to (it may cover
 	// items that are not sent, such as local-only tombstones).
 	LastEtag uint64 `json:"LastEtag"`
+	// After is the source etag the batch's items follow: what the sender
+	// believes the receiver holds. A receiver that holds less (a replica
+	// recreated empty while the sender kept sending) would be left with a
+	// hole: it applies nothing and answers what it holds, and the sender
+	// resends from there. 0 from older senders: not checked.
+	After uint64 `json:"After,omitempty"`
 }
 
 // ProgressRequest asks a replica how far it applied a source's feed.
@@ -57,6 +63,9 @@ func Apply(ctx context.Context, s *storage.Store, b *Batch) (uint64, error) {
 	have := s.ReplicationProgress(b.Source)
 	if b.LastEtag <= have {
 		return have, nil // a resend of what we hold
+	}
+	if b.After > have {
+		return have, nil // items before After are missing here: resend from have
 	}
 	ops := make([]storage.Op, 0, len(b.Items)+1)
 	for _, it := range b.Items {

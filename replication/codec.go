@@ -21,6 +21,8 @@ const (
 	// 1: then the batch's header fields and its items, each field either a
 	// uvarint, a zigzag varint, a byte, or a uvarint length and the bytes.
 	FormatBinaryV1 = 0x01
+	// FormatBinaryV2 is version 1 with the batch's After after LastEtag.
+	FormatBinaryV2 = 0x02
 	// formatJSON is the first byte of a JSON-encoded batch.
 	formatJSON = '{'
 )
@@ -230,12 +232,13 @@ func (d *Decoder) Finish() error {
 // MarshalBinary encodes the batch in the binary format (FormatBinaryV1).
 func (b *Batch) MarshalBinary() ([]byte, error) {
 	e := Encoder{Buf: make([]byte, 0, 64+len(b.DB)+len(b.Source)+len(b.SourceTag)+ItemsSize(b.Items))}
-	e.Buf = append(e.Buf, FormatBinaryV1)
+	e.Buf = append(e.Buf, FormatBinaryV2)
 	e.String(b.DB)
 	e.Varint(int64(b.Shard))
 	e.String(b.Source)
 	e.String(b.SourceTag)
 	e.Uvarint(b.LastEtag)
+	e.Uvarint(b.After)
 	e.Items(b.Items)
 	return e.Buf, nil
 }
@@ -250,7 +253,7 @@ func DecodeBatch(data []byte) (*Batch, error) {
 		}
 		return &b, nil
 	}
-	if len(data) == 0 || data[0] != FormatBinaryV1 {
+	if len(data) == 0 || (data[0] != FormatBinaryV1 && data[0] != FormatBinaryV2) {
 		return nil, fmt.Errorf("replication batch: unknown format: %w", ErrMalformed)
 	}
 	d := NewDecoder(data[1:])
@@ -259,6 +262,9 @@ func DecodeBatch(data []byte) (*Batch, error) {
 	b.Source = d.String("source")
 	b.SourceTag = d.String("source tag")
 	b.LastEtag = d.Uvarint("last etag")
+	if data[0] == FormatBinaryV2 {
+		b.After = d.Uvarint("after")
+	}
 	b.Items = d.Items()
 	if err := d.Finish(); err != nil {
 		return nil, fmt.Errorf("replication batch: %w", err)

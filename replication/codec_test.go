@@ -150,3 +150,32 @@ func FuzzDecodeBatch(f *testing.F) {
 		}
 	})
 }
+
+// TestDecodesVersion1Batches: a batch from a node that sends format 1 (no
+// After) decodes, with After 0 (not checked).
+func TestDecodesVersion1Batches(t *testing.T) {
+	items := []Item{{ID: "k1", ChangeVector: "A:1-x", LastModified: time.Unix(5, 6).UTC(), Body: []byte(`{"a":1}`)}}
+	e := Encoder{Buf: []byte{FormatBinaryV1}}
+	e.String("db")
+	e.Varint(2)
+	e.String("src")
+	e.String("A")
+	e.Uvarint(9)
+	e.Items(items)
+	b, err := DecodeBatch(e.Buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.DB != "db" || b.Shard != 2 || b.Source != "src" || b.LastEtag != 9 || b.After != 0 || len(b.Items) != 1 || string(b.Items[0].Body) != `{"a":1}` {
+		t.Fatalf("decoded %+v", b)
+	}
+	b.After = 7
+	enc, err := b.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := DecodeBatch(enc)
+	if err != nil || back.After != 7 || back.LastEtag != 9 {
+		t.Fatalf("version 2 round trip: %+v %v", back, err)
+	}
+}

@@ -228,7 +228,7 @@ func (r *Replicator) run(ctx context.Context, s *sender) {
 			continue
 		}
 		backoff.reset()
-		progress = p
+		progress = p // lower than sent when the peer lacks what came before: resend from there
 		r.ack(s, p)
 	}
 }
@@ -243,7 +243,7 @@ func (r *Replicator) nextBatch(progress uint64, peerDB string) (*Batch, error) {
 	if err != nil || len(docs) == 0 {
 		return nil, err
 	}
-	b := &Batch{DB: r.db, Shard: r.shard, Source: r.store.DatabaseID(), SourceTag: r.store.NodeTag()}
+	b := &Batch{DB: r.db, Shard: r.shard, Source: r.store.DatabaseID(), SourceTag: r.store.NodeTag(), After: progress}
 	limit := maxBatchBytes
 	if l, ok := r.transport.(BatchLimiter); ok {
 		limit = min(limit, l.MaxBatchBytes())
@@ -265,12 +265,13 @@ func (r *Replicator) nextBatch(progress uint64, peerDB string) (*Batch, error) {
 	return b, nil
 }
 
+// ack records what the peer answers it holds. The answer is the truth even
+// when lower than before (the peer replica was recreated empty): writes
+// waiting for replicas must not count it for what it lost.
 func (r *Replicator) ack(s *sender, etag uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if etag > s.acked {
-		s.acked = etag
-	}
+	s.acked = etag
 	s.err = ""
 	r.bump()
 }

@@ -274,3 +274,55 @@ func TestNoEcho(t *testing.T) {
 		t.Fatalf("items sent %v, want A->B 30 and B->A 1 (no echo)", ct.sent)
 	}
 }
+
+// TestRecreatedPeerGetsEverything: a peer replica replaced by an empty one
+// while its link kept working (no failed send, so the sender never asked
+// again how far it was) receives the whole feed, not just what came after,
+// and WaitReplicas stops counting it for what it lost.
+func TestRecreatedPeerGetsEverything(t *testing.T) {
+	ctx := context.Background()
+	tr := &memTransport{stores: map[string]*storage.Store{"A": open(t, "A"), "B": open(t, "B")}, down: map[string]bool{}}
+	a := New(tr.stores["A"], "db", 0, tr, nil)
+	a.SetPeers([]string{"B"})
+	t.Cleanup(a.Close)
+	write := func(from, to int) {
+		for i := from; i < to; i++ {
+			if _, err := tr.stores["A"].Write(ctx, []storage.Op{{Kind: storage.OpPut, ID: fmt.Sprintf("k%d", i), Body: []byte(`{}`)}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	write(0, 50)
+	waitFor(t, "B to hold A's first 50", func() bool { return tr.stores["B"].Stats().DocumentsCount == 50 })
+	tr.mu.Lock()
+	tr.stores["B"] = open(t, "B") // recreated empty, same node
+	tr.mu.Unlock()
+	write(50, 60)
+	waitFor(t, "the new B to hold all 60", func() bool { return tr.stores["B"].Stats().DocumentsCount == 60 })
+	for i := 0; i < 60; i++ {
+		if _, err := tr.stores["B"].Get(fmt.Sprintf("k%d", i)); err != nil {
+			t.Fatalf("k%d on the new B: %v", i, err)
+		}
+	}
+}
+
+// TestBatchWithHoleIsNotApplied: a batch whose items follow more than the
+// receiver holds from that source changes nothing and answers what it
+// holds.
+func TestBatchWithHoleIsNotApplied(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, "B")
+	b := &Batch{DB: "db", Source: "sourcedatabaseid0000000", SourceTag: "A", After: 10, LastEtag: 12,
+		Items: []Item{{ID: "k11", ChangeVector: "A:11-sourcedatabaseid0000000", LastModified: time.Now(), Body: []byte(`{}`)}}}
+	got, err := Apply(ctx, s, b)
+	if err != nil || got != 0 {
+		t.Fatalf("Apply: %d %v, want 0", got, err)
+	}
+	if n := s.Stats().DocumentsCount; n != 0 || s.ReplicationProgress(b.Source) != 0 {
+		t.Fatalf("a batch with a hole wrote %d documents, progress %d", n, s.ReplicationProgress(b.Source))
+	}
+	b.After = 0
+	if got, err := Apply(ctx, s, b); err != nil || got != 12 {
+		t.Fatalf("Apply from 0: %d %v", got, err)
+	}
+}
