@@ -59,6 +59,7 @@ func TestBatchBinaryRoundTrip(t *testing.T) {
 			Source:    rapid.String().Draw(t, "source"),
 			SourceTag: rapid.String().Draw(t, "sourceTag"),
 			LastEtag:  rapid.Uint64().Draw(t, "lastEtag"),
+			After:     rapid.Uint64().Draw(t, "after"),
 			Items:     genItems(t),
 		}
 		data, err := in.MarshalBinary()
@@ -72,7 +73,7 @@ func TestBatchBinaryRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatalf("decode: %v", err)
 		}
-		if out.DB != in.DB || out.Shard != in.Shard || out.Source != in.Source || out.SourceTag != in.SourceTag || out.LastEtag != in.LastEtag {
+		if out.DB != in.DB || out.Shard != in.Shard || out.Source != in.Source || out.SourceTag != in.SourceTag || out.LastEtag != in.LastEtag || out.After != in.After {
 			t.Fatalf("header: got %+v, want %+v", out, in)
 		}
 		if !itemsEqual(in.Items, out.Items) {
