@@ -137,3 +137,32 @@ func FuzzParseValidOwned(f *testing.F) {
 		}
 	})
 }
+
+// skipStringBytewise is the byte-at-a-time definition skipString must match.
+func skipStringBytewise(c []byte, i int) int {
+	for j := i + 1; j < len(c); j++ {
+		switch c[j] {
+		case '\\':
+			j++
+		case '"':
+			return j + 1
+		}
+	}
+	return len(c)
+}
+
+// FuzzSkipString: the quote-jumping skipString ends every string, escaped
+// quotes and runs of backslashes included, where the byte loop does.
+func FuzzSkipString(f *testing.F) {
+	for _, s := range []string{`"abc"`, `"a\"b"`, `"a\\"b"`, `"a\\\"b"`, `"\\\\\\"`, `"unterminated\"`, `""`, `"x`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, c []byte) {
+		if len(c) == 0 || c[0] != '"' {
+			return
+		}
+		if got, want := skipString(c, 0), skipStringBytewise(c, 0); got != want {
+			t.Fatalf("%q: skipString %d, byte loop %d", c, got, want)
+		}
+	})
+}
