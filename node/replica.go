@@ -345,6 +345,17 @@ func (r *remoteReplica) write(ctx context.Context, ops []storage.Op, wc writeCon
 	req := writeRequest{DB: r.db, Shard: r.shard, WaitFor: wc.Replicas, WaitTimeout: wc.Timeout, RecordEtag: routed, Ops: ops}
 	data := appendWriteRequest(make([]byte, 0, writeRequestLen(req)), req)
 	raw, err := r.n.callRaw(ctx, r.tag, opShardWriteBin, data)
+	if isUnknownOp(err) {
+		// A node of an earlier version, during a rolling upgrade: it
+		// refused the op without running anything.
+		w := make([]wireOp, len(ops))
+		for i, op := range ops {
+			w[i] = wireOp{op.Kind, op.ID, op.Collection, op.Body, op.IfMatch}
+		}
+		var res []storage.Result
+		err := r.n.call(ctx, r.tag, "shard.write", shardRequest{DB: r.db, Shard: r.shard, Ops: w, WaitFor: wc.Replicas, WaitTimeout: wc.Timeout, RecordEtag: routed}, &res)
+		return res, err
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -64,7 +65,7 @@ func (n *Node) handleRPC(ctx context.Context, m *nats.Msg) {
 	var v any
 	var err error
 	if !ok {
-		err = badRequest("unknown node-to-node op %q", op)
+		err = badRequest(unknownOpPrefix+"%q", op)
 	} else {
 		if ms, perr := strconv.ParseInt(m.Header.Get("Timeout-Ms"), 10, 64); perr == nil && ms > 0 {
 			var cancel context.CancelFunc
@@ -95,6 +96,18 @@ func (n *Node) handleRPC(ctx context.Context, m *nats.Msg) {
 	if err := m.RespondMsg(reply); err != nil {
 		n.logger.Debug("rpc reply failed", "op", op, "err", err)
 	}
+}
+
+// unknownOpPrefix starts the message of the answer to an op a node does not
+// serve; nodes of every version answer so, which lets a newer sender fall
+// back to an older op.
+const unknownOpPrefix = "unknown node-to-node op "
+
+// isUnknownOp reports a refusal of an op the node does not serve (nothing
+// ran there).
+func isUnknownOp(err error) bool {
+	var ae *apiError
+	return errors.As(err, &ae) && ae.Status == http.StatusBadRequest && strings.HasPrefix(ae.Msg, unknownOpPrefix)
 }
 
 // call sends op to node tag and decodes the reply into out (if non-nil).

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"reflect"
 	"testing"
 	"time"
@@ -55,5 +56,18 @@ func TestWriteRequestRoundTrip(t *testing.T) {
 		if _, err := decodeWriteRequest(enc[:i]); err == nil {
 			t.Fatalf("a request cut at %d of %d bytes decoded", i, len(enc))
 		}
+	}
+}
+
+// TestUnknownOpIsRecognised: the refusal of an op a node does not serve,
+// as every version words it, is what makes a write fall back to JSON.
+func TestUnknownOpIsRecognised(t *testing.T) {
+	n := testNode(t, t.TempDir())
+	_, err := n.callRaw(context.Background(), n.cfg.Node.Tag, "shard.no-such-op", nil)
+	if !isUnknownOp(err) {
+		t.Fatalf("unknown op answered %v", err)
+	}
+	if isUnknownOp(badRequest("decode shard write: %v", errBadWriteRequest)) {
+		t.Fatal("a malformed request counted as an unknown op")
 	}
 }
