@@ -500,7 +500,7 @@ func (n *Node) registerShardRPC() {
 		if err != nil {
 			return nil, err
 		}
-		return replication.ProgressReply{Etag: l.s.ReplicationProgress(req.Source), DatabaseID: l.s.DatabaseID()}, nil
+		return replication.ProgressReply{Etag: l.s.ReplicationProgress(req.Source), DatabaseID: l.s.DatabaseID(), BatchFormat: replication.FormatBinaryV2}, nil
 	}
 	n.rpcHandlers["repl.batch"] = func(ctx context.Context, data []byte) (any, error) {
 		b, err := replication.DecodeBatch(data)

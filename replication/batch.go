@@ -37,7 +37,9 @@ type Batch struct {
 	// believes the receiver holds. A receiver that holds less (a replica
 	// recreated empty while the sender kept sending) would be left with a
 	// hole: it applies nothing and answers what it holds, and the sender
-	// resends from there. 0 from older senders: not checked.
+	// resends from there. 0 is not checked: from older senders, or to
+	// receivers that do not take format 2 (a batch with After 0 goes in
+	// format 1).
 	After uint64 `json:"After,omitempty"`
 }
 
@@ -55,6 +57,11 @@ type ProgressReply struct {
 	// ProgressRequest; empty from older nodes): the sender does not send it
 	// items that came from it.
 	DatabaseID string `json:"DatabaseId,omitempty"`
+	// BatchFormat is the newest binary batch format the receiving replica
+	// decodes (in answers to ProgressRequest; 0 from nodes that know only
+	// format 1). A sender checks the receiver for holes (Batch.After) only
+	// when it takes format 2.
+	BatchFormat int `json:"BatchFormat,omitempty"`
 }
 
 // Apply applies a batch to the receiving replica and returns the source

@@ -232,13 +232,19 @@ func (d *Decoder) Finish() error {
 // MarshalBinary encodes the batch in the binary format (FormatBinaryV1).
 func (b *Batch) MarshalBinary() ([]byte, error) {
 	e := Encoder{Buf: make([]byte, 0, 64+len(b.DB)+len(b.Source)+len(b.SourceTag)+ItemsSize(b.Items))}
-	e.Buf = append(e.Buf, FormatBinaryV2)
+	format := byte(FormatBinaryV1) // what every receiver decodes
+	if b.After != 0 {
+		format = FormatBinaryV2
+	}
+	e.Buf = append(e.Buf, format)
 	e.String(b.DB)
 	e.Varint(int64(b.Shard))
 	e.String(b.Source)
 	e.String(b.SourceTag)
 	e.Uvarint(b.LastEtag)
-	e.Uvarint(b.After)
+	if format == FormatBinaryV2 {
+		e.Uvarint(b.After)
+	}
 	e.Items(b.Items)
 	return e.Buf, nil
 }

@@ -187,7 +187,8 @@ func (r *Replicator) run(ctx context.Context, s *sender) {
 	backoff := newBackoff(50*time.Millisecond, 2*time.Second)
 	known := false
 	var progress uint64
-	var peerDB string // the peer replica's database id, once known
+	var peerDB string  // the peer replica's database id, once known
+	var peerFormat int // the newest batch format the peer decodes
 	for ctx.Err() == nil {
 		if paused, ch := r.isPaused(); paused {
 			select {
@@ -203,11 +204,11 @@ func (r *Replicator) run(ctx context.Context, s *sender) {
 				backoff.wait(ctx)
 				continue
 			}
-			progress, peerDB, known = p.Etag, p.DatabaseID, true
+			progress, peerDB, peerFormat, known = p.Etag, p.DatabaseID, p.BatchFormat, true
 			r.ack(s, progress)
 		}
 		changed := r.store.Changed() // before reading: no commit slips between
-		b, err := r.nextBatch(progress, peerDB)
+		b, err := r.nextBatch(progress, peerDB, peerFormat)
 		if err != nil {
 			r.fail(s, err)
 			backoff.wait(ctx)
@@ -238,12 +239,15 @@ func (r *Replicator) run(ctx context.Context, s *sender) {
 // that replica holds them (durably: it only ever sends what it synced),
 // and echoing them costs it a read per item to find them already held.
 // The batch's LastEtag still moves past them.
-func (r *Replicator) nextBatch(progress uint64, peerDB string) (*Batch, error) {
+func (r *Replicator) nextBatch(progress uint64, peerDB string, peerFormat int) (*Batch, error) {
 	docs, err := r.store.Changes(progress, maxBatchItems)
 	if err != nil || len(docs) == 0 {
 		return nil, err
 	}
-	b := &Batch{DB: r.db, Shard: r.shard, Source: r.store.DatabaseID(), SourceTag: r.store.NodeTag(), After: progress}
+	b := &Batch{DB: r.db, Shard: r.shard, Source: r.store.DatabaseID(), SourceTag: r.store.NodeTag()}
+	if peerFormat >= FormatBinaryV2 {
+		b.After = progress // a receiver of an earlier version would refuse format 2
+	}
 	limit := maxBatchBytes
 	if l, ok := r.transport.(BatchLimiter); ok {
 		limit = min(limit, l.MaxBatchBytes())

@@ -17,6 +17,15 @@ type memTransport struct {
 	mu     sync.Mutex
 	stores map[string]*storage.Store
 	down   map[string]bool
+	old    bool // peers answer as nodes that know only batch format 1
+	sent   []*Batch
+}
+
+func (m *memTransport) format() int {
+	if m.old {
+		return 0
+	}
+	return FormatBinaryV2
 }
 
 func (m *memTransport) peer(tag string) (*storage.Store, error) {
@@ -33,7 +42,7 @@ func (m *memTransport) Progress(_ context.Context, peer string, req *ProgressReq
 	if err != nil {
 		return nil, err
 	}
-	return &ProgressReply{Etag: s.ReplicationProgress(req.Source), DatabaseID: s.DatabaseID()}, nil
+	return &ProgressReply{Etag: s.ReplicationProgress(req.Source), DatabaseID: s.DatabaseID(), BatchFormat: m.format()}, nil
 }
 
 func (m *memTransport) Send(ctx context.Context, peer string, b *Batch) (uint64, error) {
@@ -41,6 +50,9 @@ func (m *memTransport) Send(ctx context.Context, peer string, b *Batch) (uint64,
 	if err != nil {
 		return 0, err
 	}
+	m.mu.Lock()
+	m.sent = append(m.sent, b)
+	m.mu.Unlock()
 	return Apply(ctx, s, b)
 }
 
@@ -324,5 +336,36 @@ func TestBatchWithHoleIsNotApplied(t *testing.T) {
 	b.After = 0
 	if got, err := Apply(ctx, s, b); err != nil || got != 12 {
 		t.Fatalf("Apply from 0: %d %v", got, err)
+	}
+}
+
+// TestOlderPeersGetFormat1: a peer that does not advertise batch format 2
+// (a node of an earlier version) gets batches without After, in format 1,
+// which it decodes.
+func TestOlderPeersGetFormat1(t *testing.T) {
+	ctx := context.Background()
+	tr := &memTransport{stores: map[string]*storage.Store{"A": open(t, "A"), "B": open(t, "B")}, down: map[string]bool{}, old: true}
+	a := New(tr.stores["A"], "db", 0, tr, nil)
+	a.SetPeers([]string{"B"})
+	t.Cleanup(a.Close)
+	for i := 0; i < 3; i++ { // one batch each: the later ones follow a progress above 0
+		if _, err := tr.stores["A"].Write(ctx, []storage.Op{{Kind: storage.OpPut, ID: fmt.Sprintf("k%d", i), Body: []byte(`{}`)}}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "B to hold A's writes", func() bool { return tr.stores["B"].Stats().DocumentsCount == int64(i+1) })
+	}
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if len(tr.sent) < 3 {
+		t.Fatalf("%d batches sent, want 3", len(tr.sent))
+	}
+	for _, b := range tr.sent {
+		data, err := b.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b.After != 0 || data[0] != FormatBinaryV1 {
+			t.Fatalf("batch to an older peer: After %d, format %d", b.After, data[0])
+		}
 	}
 }
