@@ -240,20 +240,53 @@ func TestAcknowledgedWritesSurviveSIGKILL(t *testing.T) {
 		if err != nil {
 			t.Fatalf("acknowledged %s lost: %v", id, err)
 		}
-		if got := string(d.Body); got != `{"v":`+v+`}` && !newer(got, v) {
-			t.Fatalf("%s = %s, acknowledged v=%s", id, got, v)
+		want, _ := strconv.Atoi(v)
+		// A later write to the same id may have committed without its
+		// acknowledgement being read: the stored version is at least v,
+		// and its body is whole (a large one under its own key).
+		got, ok := versionOf(d.Body)
+		if !ok || got < want || string(d.Body) != childBody(id, got) {
+			t.Fatalf("%s = %.60s…, acknowledged v=%s", id, d.Body, v)
 		}
 	}
-	t.Logf("%d acknowledged writes all present after SIGKILL", len(acked))
+	// Every large body is under its key and no body key is left over.
+	split := 0
+	if err := s.IterateBuckets(0, bucket.MaxID, func(d *Document) bool {
+		if d.splitBody() {
+			split++
+		}
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n := bodyKeys(t, s); n != split || split == 0 {
+		t.Fatalf("%d split items, %d body keys", split, n)
+	}
+	t.Logf("%d acknowledged writes all present after SIGKILL (%d bodies under their own key)", len(acked), split)
 }
 
-// newer reports whether body holds a version at least v (a later write to
-// the same id may have committed without its acknowledgement being read).
-func newer(body, v string) bool {
-	var got int
-	fmt.Sscanf(body, `{"v":%d}`, &got)
-	want, _ := strconv.Atoi(v)
-	return got >= want
+// childBody is what childWriter writes as version i of id: small or, for
+// two versions in three, large enough to be kept under its own key, so
+// items grow and shrink across the kill.
+func childBody(id string, i int) string {
+	if (len(id)+i)%3 == 0 {
+		return fmt.Sprintf(`{"v":%d}`, i)
+	}
+	return fmt.Sprintf(`{"v":%d,"pad":"%s"}`, i, strings.Repeat(id[:1], bodyKeyMin))
+}
+
+// versionOf reads v from a body childWriter wrote.
+func versionOf(body []byte) (int, bool) {
+	rest, ok := strings.CutPrefix(string(body), `{"v":`)
+	if !ok {
+		return 0, false
+	}
+	end := strings.IndexAny(rest, ",}")
+	if end < 0 {
+		return 0, false
+	}
+	v, err := strconv.Atoi(rest[:end])
+	return v, err == nil
 }
 
 func childWriter(dir string) {
@@ -270,7 +303,7 @@ func childWriter(dir string) {
 			defer wg.Done()
 			for i := 0; ; i++ {
 				id := fmt.Sprintf("w%d/k%d", w, i%50) // one writer per id: values only grow
-				_, err := s.Write(context.Background(), []Op{{Kind: OpPut, ID: id, Body: []byte(fmt.Sprintf(`{"v":%d}`, i))}})
+				_, err := s.Write(context.Background(), []Op{{Kind: OpPut, ID: id, Body: []byte(childBody(id, i))}})
 				if err != nil {
 					return
 				}
