@@ -7,10 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/shardnode/shardnode/config"
@@ -32,13 +35,9 @@ type benchCluster struct {
 // join it; every embedded NATS server routes to the others. It returns
 // once every node's /cluster lists them all and names a leader.
 func startCluster(ctx context.Context, hc *http.Client, dir string, logger *slog.Logger) (*benchCluster, error) {
-	routes := make([]int, reshardNodes)
-	for i := range routes {
-		p, err := freePort()
-		if err != nil {
-			return nil, err
-		}
-		routes[i] = p
+	routes, err := freePorts(reshardNodes)
+	if err != nil {
+		return nil, err
 	}
 	c := &benchCluster{dir: dir}
 	for i := range reshardNodes {
@@ -103,14 +102,51 @@ func (c *benchCluster) close() error {
 	return errors.Join(errs...)
 }
 
-// freePort returns a loopback TCP port that was free a moment ago.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("pick a free port: %w", err)
+// freePorts returns n distinct loopback TCP ports that were free a moment
+// ago, drawn below the kernel's ephemeral range: a port handed out for
+// ":0" is also a candidate source port for every outgoing connection on
+// the machine, so between picking it and the node binding it a client
+// could take it. All n stay bound until all are picked, so none repeats.
+func freePorts(n int) ([]int, error) {
+	lo := ephemeralLow()
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			_ = l.Close()
+		}
+	}()
+	ports := make([]int, 0, n)
+	for tries := 0; len(ports) < n && tries < 1000; tries++ {
+		p := 10000 + rand.IntN(lo-10000)
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			continue // in use (or one of ours already)
+		}
+		ls = append(ls, l)
+		ports = append(ports, p)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	if len(ports) < n {
+		return nil, fmt.Errorf("pick %d free ports: found %d in 10000..%d", n, len(ports), lo-1)
+	}
+	return ports, nil
+}
+
+// ephemeralLow is the lowest port of the kernel's ephemeral range (32768
+// when it cannot be read).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 32768
+	}
+	lo, err := strconv.Atoi(f[0])
+	if err != nil || lo <= 11000 {
+		return 32768
+	}
+	return lo
 }
 
 // waitUntil calls cond every 50 ms until it returns nil, and fails with its
