@@ -26,7 +26,7 @@ func expectedRows() [][2]string {
 		{"nats-request", "nats"}, {"nats-publish", "nats"},
 		{"rss", "shardnode"},
 		{"reshard-small-buckets", "shardnode"},
-		{"reshard-bulk-transfer", "shardnode"}, {"reshard-bulk-transfer", "pebble"},
+		{"reshard-bulk-transfer", "shardnode"}, {"reshard-bulk-transfer", "shardnode-rf1"}, {"reshard-bulk-transfer", "pebble"},
 		{"reshard-foreground", "shardnode"}, {"reshard-foreground", "no-move"},
 	}
 }

@@ -32,6 +32,12 @@ const (
 // the same cluster with no move running.
 const sysNoMove = "no-move"
 
+// sysShardnodeRF1 labels the bulk transfer into a database of replication
+// factor 1: one destination replica writes the bucket, as the raw copy
+// writes it once. With the usual factor 2, both destination replicas write
+// it on this one machine's two cores and disk.
+const sysShardnodeRF1 = "shardnode-rf1"
+
 // Shape of the resharding datasets.
 const (
 	reshardShards      = 3
@@ -142,7 +148,7 @@ func (r *run) reshard(ctx context.Context, w string) []Row {
 		rows := []Row{{Workload: w, System: sysShardnode, Skipped: skip}}
 		switch w {
 		case WorkloadReshardBulk:
-			rows = append(rows, Row{Workload: w, System: sysPebble, Baseline: true, Skipped: skip})
+			rows = append(rows, Row{Workload: w, System: sysShardnodeRF1, Skipped: skip}, Row{Workload: w, System: sysPebble, Baseline: true, Skipped: skip})
 		case WorkloadReshardForeground:
 			rows = append(rows, Row{Workload: w, System: sysNoMove, Baseline: true, Skipped: skip})
 		}
@@ -161,6 +167,7 @@ func (r *run) reshard(ctx context.Context, w string) []Row {
 // reshardEnv is one resharding row's cluster and database.
 type reshardEnv struct {
 	r    *run
+	rf   int // the database's replication factor
 	c    *benchCluster
 	hc   *http.Client
 	db   string
@@ -168,8 +175,8 @@ type reshardEnv struct {
 }
 
 // newReshardEnv starts a cluster in its own directory and creates the
-// database: 3 shards, replication factor 2.
-func (r *run) newReshardEnv(ctx context.Context, name string, clients int) (*reshardEnv, error) {
+// database: 3 shards, replication factor rf.
+func (r *run) newReshardEnv(ctx context.Context, name string, clients, rf int) (*reshardEnv, error) {
 	hc := newHTTPClient(clients)
 	start := time.Now()
 	c, err := startCluster(ctx, hc, filepath.Join(r.root, name), r.o.Logger)
@@ -177,8 +184,8 @@ func (r *run) newReshardEnv(ctx context.Context, name string, clients int) (*res
 		hc.CloseIdleConnections()
 		return nil, err
 	}
-	e := &reshardEnv{r: r, c: c, hc: hc, db: "reshard", base: c.urls[0]}
-	body := fmt.Appendf(nil, `{"Shards":%d,"ReplicationFactor":%d}`, reshardShards, reshardRF)
+	e := &reshardEnv{r: r, rf: rf, c: c, hc: hc, db: "reshard", base: c.urls[0]}
+	body := fmt.Appendf(nil, `{"Shards":%d,"ReplicationFactor":%d}`, reshardShards, rf)
 	if err := sendJSON(ctx, hc, http.MethodPut, e.base+"/admin/databases/"+e.db, body, http.StatusCreated, nil); err != nil {
 		e.close()
 		return nil, fmt.Errorf("create database: %w", err)
@@ -279,7 +286,7 @@ func (e *reshardEnv) load(ctx context.Context, count, batch, senders int, doc fu
 					body = append(body, '}')
 				}
 				body = append(body, "]}"...)
-				err := sendJSON(ctx, e.hc, http.MethodPost, e.dbURL()+"/bulk_docs?waitForReplicas="+strconv.Itoa(reshardRF), body, http.StatusCreated, nil)
+				err := sendJSON(ctx, e.hc, http.MethodPost, e.dbURL()+"/bulk_docs?waitForReplicas="+strconv.Itoa(e.rf), body, http.StatusCreated, nil)
 				if err != nil {
 					errs[s] = err
 					return
@@ -413,7 +420,7 @@ func spanOf(buckets []uint32) (uint32, uint32) { return buckets[0], buckets[len(
 // smallBucketsEnv starts a cluster and loads n buckets of shard 0 (tenants
 // named prefix+i) with reshardDocsPerBkt small documents each.
 func (r *run) smallBucketsEnv(ctx context.Context, w string, clients int, prefix string, n int) (*reshardEnv, []string, []uint32, time.Duration, error) {
-	e, err := r.newReshardEnv(ctx, w, clients)
+	e, err := r.newReshardEnv(ctx, w, clients, reshardRF)
 	if err != nil {
 		return nil, nil, nil, 0, err
 	}
@@ -536,7 +543,8 @@ func (r *run) reshardBulk(ctx context.Context) []Row {
 	w := WorkloadReshardBulk
 	docs := int(math.Ceil(float64(r.o.ReshardBulkMB) * 1e6 / bulkDocBytes))
 	seed := r.nextSeed()
-	sn := r.reshardBulkNode(ctx, docs, seed)
+	sn := r.reshardBulkNode(ctx, docs, seed, reshardRF)
+	sn1 := r.reshardBulkNode(ctx, docs, seed, 1)
 	var s sample
 	res, err := rawPebbleCopy(filepath.Join(r.root, "reshard-pebble"), docs, func(i int, buf []byte) ([]byte, []byte) {
 		return []byte(bulkID(i)), bulkDoc(seed, i, buf)
@@ -548,17 +556,25 @@ func (r *run) reshardBulk(ctx context.Context) []Row {
 	pb := makeRow(w, sysPebble, "docs/s", &s, err, "")
 	pb.Note = fmt.Sprintf("raw Pebble copy of the same %d values of %d B: written in key order to an instance with storage's tuned options and flushed, then read back in order and written to a second instance in batches of %d (≤ %d MiB), the last synced; MB/s of keys and values; sn/base compares docs/s",
 		docs, bulkDocBytes, copyBatchItems, copyBatchBytes>>20)
-	return []Row{sn, pb}
+	if sn1.Measured() && pb.Measured() {
+		sn1.Note += fmt.Sprintf("; %.2f of the raw copy's docs/s (like for like: one copy written)", opsRatio(sn1, pb))
+	}
+	return []Row{sn, sn1, pb}
 }
 
-// reshardBulkNode loads and moves the bulk bucket on a cluster.
-func (r *run) reshardBulkNode(ctx context.Context, docs int, seed uint64) Row {
+// reshardBulkNode loads and moves the bulk bucket on a cluster, in a
+// database of replication factor rf.
+func (r *run) reshardBulkNode(ctx context.Context, docs int, seed uint64, rf int) Row {
 	w := WorkloadReshardBulk
+	sys := sysShardnode
+	if rf == 1 {
+		sys = sysShardnodeRF1
+	}
 	fail := func(err error) Row {
 		r.logf("%-12s %v", w, err)
-		return makeRow(w, sysShardnode, "docs/s", nil, err, "")
+		return makeRow(w, sys, "docs/s", nil, err, "")
 	}
-	e, err := r.newReshardEnv(ctx, w, 16)
+	e, err := r.newReshardEnv(ctx, w+"-rf"+strconv.Itoa(rf), 16, rf)
 	if err != nil {
 		return fail(err)
 	}
@@ -609,17 +625,17 @@ func (r *run) reshardBulkNode(ctx context.Context, docs int, seed uint64) Row {
 	}
 	var s sample
 	s.addRound(roundResult{ops: op.DocumentsMoved, units: op.DocumentsMoved, bytes: op.BytesMoved, elapsed: transfer})
-	row := makeRow(w, sysShardnode, "docs/s", &s, nil, "")
+	row := makeRow(w, sys, "docs/s", &s, nil, "")
 	row.Reshard = &ReshardFigures{Buckets: 1, TransferSeconds: transfer.Seconds(), SendSeconds: send.Seconds(), ConfirmSeconds: confirm.Seconds(),
 		TotalSeconds: end.Sub(start).Seconds(), DocumentsMoved: op.DocumentsMoved, BytesMoved: op.BytesMoved, LoadSeconds: loadTime.Seconds(),
 		CPUCores: cores(cpu, end.Sub(start))}
-	row.Note = fmt.Sprintf("one bucket of %d docs of %d B (%.0f MB) moved shard %d→%d: %.0f MB BytesMoved (bodies, ids, change vectors + 64 B each) in %.2f s Moving→OwnershipTransferred (Moving→Moved %.2f s, Moved→OwnershipTransferred %.2f s; %.2f s POST→Completed); both destination replicas confirm; process CPU %.2f cores; %d-node in-process cluster, RF %d",
+	row.Note = fmt.Sprintf("one bucket of %d docs of %d B (%.0f MB) moved shard %d→%d: %.0f MB BytesMoved (bodies, ids, change vectors + 64 B each) in %.2f s Moving→OwnershipTransferred (Moving→Moved %.2f s, Moved→OwnershipTransferred %.2f s; %.2f s POST→Completed); every destination replica confirms; process CPU %.2f cores; %d-node in-process cluster, RF %d",
 		docs, bulkDocBytes, float64(docs)*bulkDocBytes/1e6, where.Shard, dst, float64(op.BytesMoved)/1e6, transfer.Seconds(),
-		send.Seconds(), confirm.Seconds(), end.Sub(start).Seconds(), row.Reshard.CPUCores, reshardNodes, reshardRF)
+		send.Seconds(), confirm.Seconds(), end.Sub(start).Seconds(), row.Reshard.CPUCores, reshardNodes, rf)
 	if op.DocumentsMoved != int64(docs) {
 		row.Note += fmt.Sprintf("; WARNING: DocumentsMoved %d, loaded %d", op.DocumentsMoved, docs)
 	}
-	r.logf("%-12s %-10s moved %d docs (%.0f MB) in %.2fs: %.1f MB/s", w, sysShardnode, op.DocumentsMoved, float64(op.BytesMoved)/1e6, transfer.Seconds(), row.MBPerSec)
+	r.logf("%-12s %-10s moved %d docs (%.0f MB) in %.2fs: %.1f MB/s", w, sys, op.DocumentsMoved, float64(op.BytesMoved)/1e6, transfer.Seconds(), row.MBPerSec)
 	return row
 }
 

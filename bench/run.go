@@ -394,7 +394,7 @@ func (r *run) nats(ctx context.Context) []Row {
 
 // makeRow summarises a sample.
 func makeRow(workload, system, unit string, s *sample, err error, skip string) Row {
-	row := Row{Workload: workload, System: system, Baseline: system != sysShardnode, Unit: unit, Skipped: skip}
+	row := Row{Workload: workload, System: system, Baseline: system != sysShardnode && system != sysShardnodeRF1, Unit: unit, Skipped: skip}
 	if err != nil {
 		row.Error = err.Error()
 	}
@@ -426,7 +426,7 @@ func workloadRank(w string) int {
 }
 
 func systemRank(s string) int {
-	order := []string{sysShardnode, sysNoMove, sysPebble, sysPG, sysHTTP, sysNATS}
+	order := []string{sysShardnode, sysShardnodeRF1, sysNoMove, sysPebble, sysPG, sysHTTP, sysNATS}
 	if i := slices.Index(order, s); i >= 0 {
 		return i
 	}
