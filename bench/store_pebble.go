@@ -18,8 +18,13 @@ import (
 // pebbleOptions is the profile every shardnode replica opens Pebble with,
 // so the raw baseline differs from shardnode only by what shardnode adds
 // on top of Pebble.
+// Every value of a baseline is a document body, so every value is stored as
+// a replica stores bodies (separated into blob files from 256 bytes), not
+// as it stores its other key families.
 func pebbleOptions(cache *pebble.Cache) *pebble.Options {
-	return storage.PebbleOptions(cache, 0, nil)
+	o := storage.PebbleOptions(cache, 0, nil)
+	o.Experimental.SpanPolicyFunc = func([]byte) (pebble.SpanPolicy, []byte, error) { return pebble.SpanPolicy{}, nil, nil }
+	return o
 }
 
 // pebbleSystem is the raw Pebble baseline: one Pebble instance per shard,

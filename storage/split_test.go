@@ -233,3 +233,42 @@ func TestSplitItemsReadersSeeOneVersion(t *testing.T) {
 		}
 	}
 }
+
+// TestOnlyBodiesGoToBlobFiles: Pebble separates the values of the body
+// family and no other, so a mid-size document (inline body, item value over
+// 256 bytes) and the metadata of a large one stay in the sstables, where a
+// write reads them.
+func TestOnlyBodiesGoToBlobFiles(t *testing.T) {
+	s := openTest(t, t.TempDir())
+	ctx := context.Background()
+	mid := fmt.Sprintf(`{"m":"%s"}`, strings.Repeat("m", bodyKeyMin-20)) // inline, item value > 256 B
+	for i := range 200 {
+		if _, err := s.Write(ctx, []Op{put(fmt.Sprintf("mid/%d", i), mid)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.db.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if m := s.db.Metrics(); m.BlobFiles.LiveCount != 0 {
+		t.Fatalf("mid-size items went to %d blob files (%d bytes)", m.BlobFiles.LiveCount, m.BlobFiles.ValueSize)
+	}
+	for i := range 200 {
+		if _, err := s.Write(ctx, []Op{put(fmt.Sprintf("big/%d", i), bigBody(i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.db.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	m := s.db.Metrics()
+	// The blob files hold the large bodies and nothing else: 200 of them,
+	// each its etag and body.
+	var want uint64
+	for i := range 200 {
+		want += uint64(len(bigBody(i)) + 1)
+	}
+	if m.BlobFiles.LiveCount == 0 || m.BlobFiles.ValueSize < want || m.BlobFiles.ValueSize > want+200*2 {
+		t.Fatalf("blob files hold %d bytes of values, want the bodies' %d", m.BlobFiles.ValueSize, want)
+	}
+}

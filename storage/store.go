@@ -161,8 +161,9 @@ func PebbleOptions(cache *pebble.Cache, memTableSize uint64, logger *slog.Logger
 		// in place when it opens).
 		FormatMajorVersion: pebble.FormatValueSeparation,
 	}
-	// Value separation: a document body of 256 bytes or more is written
-	// once to a blob file, and compactions move only its key and a handle.
+	// Value separation: a document body of 256 bytes or more (the value
+	// under its body key, see bodyKeyMin) is written once to a blob file,
+	// and compactions move only its key and a handle.
 	// Documents land in random buckets, so every compaction of the item
 	// family would otherwise rewrite the bodies again at every level: at
 	// 600k 1 KiB documents it cut storage CPU per document by a quarter
@@ -192,6 +193,12 @@ func PebbleOptions(cache *pebble.Cache, memTableSize uint64, logger *slog.Logger
 			TargetGarbageRatio:    0.2,
 		}
 	}
+	// Only bodies are separated. Every other family stays in the sstables,
+	// whatever its size: an item of a mid-size document (its body inline,
+	// under 256 bytes, plus metadata) or of a long id or change vector is
+	// read by every write, replication and purge that touches it, and a
+	// blob file would make each of those a second read.
+	o.Experimental.SpanPolicyFunc = separateBodiesOnly
 	// Bloom filters: a write looks up its key first, and new keys are
 	// mostly absent from every sstable.
 	for i := range o.Levels {
@@ -199,6 +206,20 @@ func PebbleOptions(cache *pebble.Cache, memTableSize uint64, logger *slog.Logger
 	}
 	o.EnsureDefaults()
 	return o
+}
+
+// separateBodiesOnly is the span policy that lets Pebble separate values
+// of the body family only.
+func separateBodiesOnly(start []byte) (pebble.SpanPolicy, []byte, error) {
+	inPlace := pebble.SpanPolicy{ValueStoragePolicy: pebble.ValueStorageLowReadLatency}
+	switch {
+	case len(start) == 0 || start[0] < prefixBody:
+		return inPlace, []byte{prefixBody}, nil
+	case start[0] == prefixBody:
+		return pebble.SpanPolicy{}, []byte{prefixBody + 1}, nil
+	default:
+		return inPlace, nil, nil
+	}
 }
 
 // pebbleLogger routes Pebble's log lines to slog.
