@@ -198,6 +198,11 @@ func TestBulkDocsAndQueries(t *testing.T) {
 	for s := 0; s < 4; s++ {
 		st := c.must(200, "GET", fmt.Sprintf("/databases/db$%d/stats", s), "").json(t)
 		sum += st["DocumentsCount"].(float64)
+		// The replica's engine figures: its files take space once written.
+		eng, ok := st["Engine"].(map[string]any)
+		if !ok || eng["DiskBytes"].(float64) <= 0 || eng["L0Files"] == nil || eng["CompactionDebtBytes"] == nil {
+			t.Fatalf("shard %d: Engine %v", s, st["Engine"])
+		}
 		part := c.must(200, "POST", fmt.Sprintf("/databases/db$%d/queries", s), `{"Query":"from @all_docs"}`).json(t)
 		if part["TotalResults"] != st["DocumentsCount"] {
 			t.Fatalf("shard %d: a query of its replica counts %v documents, its stats %v", s, part["TotalResults"], st["DocumentsCount"])

@@ -365,6 +365,28 @@ type Stats struct {
 	CommittedOps uint64  `json:"CommittedOps"`
 	CommitMillis float64 `json:"CommitMillis"`
 	SyncMillis   float64 `json:"SyncMillis"`
+	// Engine is what Pebble reports of the replica's files and background
+	// work: what an operator looks at when writes or a move slow down.
+	Engine EngineStats `json:"Engine"`
+}
+
+// EngineStats are Pebble's figures for one replica.
+type EngineStats struct {
+	// DiskBytes is the space the replica's files take (sstables, blob
+	// files, WAL, manifest).
+	DiskBytes uint64 `json:"DiskBytes"`
+	// BlobBytes is the part of it in blob files (separated bodies).
+	BlobBytes uint64 `json:"BlobBytes"`
+	// MemtableBytes is the memory its memtables hold.
+	MemtableBytes uint64 `json:"MemtableBytes"`
+	// L0Files counts the sstables in level 0: many of them mean flushes
+	// outpace compactions, and writes will soon stall.
+	L0Files int64 `json:"L0Files"`
+	// CompactionDebtBytes estimates the bytes compactions must rewrite to
+	// bring the levels back into shape; CompactionsRunning counts the
+	// compactions in progress.
+	CompactionDebtBytes uint64 `json:"CompactionDebtBytes"`
+	CompactionsRunning  int64  `json:"CompactionsRunning"`
 }
 
 // Stats returns the replica-wide figures.
@@ -380,6 +402,23 @@ func (s *Store) Stats() Stats {
 		CommittedOps:    s.commitOps,
 		CommitMillis:    float64(s.commitNanos) / 1e6,
 		SyncMillis:      float64(s.syncNanos) / 1e6,
+		Engine:          s.engineStats(),
+	}
+}
+
+// engineStats reads Pebble's metrics (nothing once the store is closed).
+func (s *Store) engineStats() EngineStats {
+	if s.closed {
+		return EngineStats{}
+	}
+	m := s.db.Metrics()
+	return EngineStats{
+		DiskBytes:           m.DiskSpaceUsage(),
+		BlobBytes:           m.BlobFiles.LiveSize,
+		MemtableBytes:       m.MemTable.Size,
+		L0Files:             m.Levels[0].TablesCount,
+		CompactionDebtBytes: m.Compact.EstimatedDebt,
+		CompactionsRunning:  m.Compact.NumInProgress,
 	}
 }
 
