@@ -101,8 +101,10 @@ func splitInPlace(c []byte) (Parsed, error) {
 			i++
 		}
 	}
+	// Bodies returned below share c: their capacity ends where they do, so
+	// an append to one can never write over what follows in the request.
 	if metas == 0 {
-		return Parsed{Body: c}, nil
+		return Parsed{Body: c[:len(c):len(c)]}, nil
 	}
 	last := metaEnd == len(c)-1
 	if metas > 1 || (metaStart != 1 && !last) {
@@ -115,13 +117,13 @@ func splitInPlace(c []byte) (Parsed, error) {
 	switch {
 	case metaStart == 1 && last: // the only member
 		c[1] = '}'
-		return Parsed{Body: c[:2], Collection: col}, nil
+		return Parsed{Body: c[:2:2], Collection: col}, nil
 	case metaStart == 1: // first: its comma becomes the opening brace
 		c[metaEnd] = '{'
-		return Parsed{Body: c[metaEnd:], Collection: col}, nil
+		return Parsed{Body: c[metaEnd:len(c):len(c)], Collection: col}, nil
 	default: // last: the comma before it becomes the closing brace
 		c[metaStart-1] = '}'
-		return Parsed{Body: c[:metaStart], Collection: col}, nil
+		return Parsed{Body: c[:metaStart:metaStart], Collection: col}, nil
 	}
 }
 

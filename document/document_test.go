@@ -166,3 +166,19 @@ func FuzzSkipString(f *testing.F) {
 		}
 	})
 }
+
+// TestOwnedBodiesEndWhereTheyEnd: a body split in place from part of a
+// larger buffer cannot be appended to over the bytes that follow it.
+func TestOwnedBodiesEndWhereTheyEnd(t *testing.T) {
+	for _, doc := range []string{`{"a":1}`, `{"@metadata":{"@collection":"U"},"a":1}`, `{"a":1,"@metadata":{"@collection":"U"}}`, `{"@metadata":{}}`} {
+		buf := []byte(doc + `,"next command"`)
+		p, err := ParseValidOwned(buf[:len(doc)], true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = append(p.Body, "XXXXXXXXXXXXXXXX"...)
+		if string(buf[len(doc):]) != `,"next command"` {
+			t.Fatalf("%s: appending to its body wrote over the next bytes: %s", doc, buf)
+		}
+	}
+}
