@@ -2,10 +2,10 @@ package node
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"time"
 
+	"github.com/shardnode/shardnode/replication"
 	"github.com/shardnode/shardnode/storage"
 )
 
@@ -31,24 +31,24 @@ type writeRequest struct {
 
 // appendWriteRequest lays r out as: version, db, shard, wait-for, wait
 // timeout (ns), record etag, op count, then per op its kind, id,
-// collection, If-Match and body (strings and body length-prefixed).
+// collection, If-Match and body (strings and body length-prefixed), with
+// the field encoding of replication's binary batches.
 func appendWriteRequest(b []byte, r writeRequest) []byte {
-	b = append(b, writeRequestVersion)
-	b = appendWireString(b, r.DB)
-	b = binary.AppendUvarint(b, uint64(r.Shard))
-	b = binary.AppendUvarint(b, uint64(r.WaitFor))
-	b = binary.AppendVarint(b, int64(r.WaitTimeout))
-	b = binary.AppendUvarint(b, r.RecordEtag)
-	b = binary.AppendUvarint(b, uint64(len(r.Ops)))
+	e := replication.Encoder{Buf: append(b, writeRequestVersion)}
+	e.String(r.DB)
+	e.Varint(int64(r.Shard))
+	e.Varint(int64(r.WaitFor))
+	e.Varint(int64(r.WaitTimeout))
+	e.Uvarint(r.RecordEtag)
+	e.Uvarint(uint64(len(r.Ops)))
 	for _, op := range r.Ops {
-		b = append(b, byte(op.Kind))
-		b = appendWireString(b, op.ID)
-		b = appendWireString(b, op.Collection)
-		b = appendWireString(b, op.IfMatch)
-		b = binary.AppendUvarint(b, uint64(len(op.Body)))
-		b = append(b, op.Body...)
+		e.Buf = append(e.Buf, byte(op.Kind))
+		e.String(op.ID)
+		e.String(op.Collection)
+		e.String(op.IfMatch)
+		e.Bytes(op.Body)
 	}
-	return b
+	return e.Buf
 }
 
 // writeRequestLen is an upper bound of r's encoded length.
@@ -60,114 +60,38 @@ func writeRequestLen(r writeRequest) int {
 	return n
 }
 
-var errBadWriteRequest = errors.New("malformed binary write request")
+// minOpBytes is the least an encoded op takes (its kind and four empty
+// lengths); it bounds how many ops a count may claim.
+const minOpBytes = 5
 
 // decodeWriteRequest reads a request appendWriteRequest laid out. The ops'
 // bodies share data's memory.
 func decodeWriteRequest(data []byte) (writeRequest, error) {
-	d := wireDecoder{p: data}
 	var r writeRequest
-	if v := d.byte(); v != writeRequestVersion {
-		if d.err != nil {
-			return r, d.err
-		}
-		return r, fmt.Errorf("%w: version %d", errBadWriteRequest, v)
+	if len(data) == 0 || data[0] != writeRequestVersion {
+		return r, fmt.Errorf("binary write request: unknown version: %w", replication.ErrMalformed)
 	}
-	r.DB = d.string()
-	r.Shard = int(d.uvarint(1 << 20))
-	r.WaitFor = int(d.uvarint(1 << 10))
-	r.WaitTimeout = time.Duration(d.varint())
-	r.RecordEtag = d.uvarint(1<<64 - 1)
-	n := d.uvarint(uint64(len(data))) // every op takes at least one byte
-	if d.err != nil {
-		return r, d.err
+	d := replication.NewDecoder(data[1:])
+	r.DB = d.String("db")
+	r.Shard = d.Int("shard")
+	r.WaitFor = d.Int("wait-for")
+	r.WaitTimeout = time.Duration(d.Varint("wait timeout"))
+	r.RecordEtag = d.Uvarint("record etag")
+	n := d.Uvarint("op count")
+	if n > uint64(len(data)/minOpBytes) {
+		return r, fmt.Errorf("binary write request: %d ops in %d bytes: %w", n, len(data), replication.ErrMalformed)
 	}
 	r.Ops = make([]storage.Op, 0, n)
 	for range n {
-		op := storage.Op{Kind: storage.OpKind(d.byte())}
-		op.ID = d.string()
-		op.Collection = d.string()
-		op.IfMatch = d.string()
-		if body := d.bytes(); len(body) > 0 {
-			op.Body = body
-		}
-		if d.err != nil {
-			return r, d.err
-		}
+		op := storage.Op{Kind: storage.OpKind(d.Byte("op kind"))}
+		op.ID = d.String("op id")
+		op.Collection = d.String("op collection")
+		op.IfMatch = d.String("op If-Match")
+		op.Body = d.Bytes("op body")
 		r.Ops = append(r.Ops, op)
 	}
-	if len(d.p) != 0 {
-		return r, fmt.Errorf("%w: %d trailing bytes", errBadWriteRequest, len(d.p))
+	if err := d.Finish(); err != nil {
+		return writeRequest{}, fmt.Errorf("binary write request: %w", err)
 	}
 	return r, nil
 }
-
-func appendWireString(b []byte, s string) []byte {
-	b = binary.AppendUvarint(b, uint64(len(s)))
-	return append(b, s...)
-}
-
-// wireDecoder reads fields off p; the first error sticks and every later
-// read returns a zero value.
-type wireDecoder struct {
-	p   []byte
-	err error
-}
-
-func (d *wireDecoder) fail(what string) {
-	if d.err == nil {
-		d.err = fmt.Errorf("%w: %s", errBadWriteRequest, what)
-	}
-	d.p = nil
-}
-
-func (d *wireDecoder) byte() byte {
-	if d.err != nil || len(d.p) == 0 {
-		d.fail("truncated")
-		return 0
-	}
-	v := d.p[0]
-	d.p = d.p[1:]
-	return v
-}
-
-func (d *wireDecoder) uvarint(limit uint64) uint64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(d.p)
-	if n <= 0 || v > limit {
-		d.fail("bad number")
-		return 0
-	}
-	d.p = d.p[n:]
-	return v
-}
-
-func (d *wireDecoder) varint() int64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(d.p)
-	if n <= 0 {
-		d.fail("bad number")
-		return 0
-	}
-	d.p = d.p[n:]
-	return v
-}
-
-func (d *wireDecoder) bytes() []byte {
-	l := d.uvarint(uint64(len(d.p)))
-	if d.err == nil && l > uint64(len(d.p)) {
-		d.fail("truncated")
-	}
-	if d.err != nil {
-		return nil
-	}
-	v := d.p[:l:l]
-	d.p = d.p[l:]
-	return v
-}
-
-func (d *wireDecoder) string() string { return string(d.bytes()) }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardnode/shardnode/replication"
 	"github.com/shardnode/shardnode/storage"
 )
 
@@ -67,7 +68,7 @@ func TestUnknownOpIsRecognised(t *testing.T) {
 	if !isUnknownOp(err) {
 		t.Fatalf("unknown op answered %v", err)
 	}
-	if isUnknownOp(badRequest("decode shard write: %v", errBadWriteRequest)) {
+	if isUnknownOp(badRequest("decode shard write: %v", replication.ErrMalformed)) {
 		t.Fatal("a malformed request counted as an unknown op")
 	}
 }
