@@ -7,16 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/shardnode/shardnode/config"
+	"github.com/shardnode/shardnode/freeport"
 	"github.com/shardnode/shardnode/node"
 )
 
@@ -35,7 +32,7 @@ type benchCluster struct {
 // join it; every embedded NATS server routes to the others. It returns
 // once every node's /cluster lists them all and names a leader.
 func startCluster(ctx context.Context, hc *http.Client, dir string, logger *slog.Logger) (*benchCluster, error) {
-	routes, err := freePorts(reshardNodes)
+	routes, err := freeport.Take(reshardNodes)
 	if err != nil {
 		return nil, err
 	}
@@ -100,53 +97,6 @@ func (c *benchCluster) close() error {
 	c.nodes = nil
 	errs = append(errs, os.RemoveAll(c.dir))
 	return errors.Join(errs...)
-}
-
-// freePorts returns n distinct loopback TCP ports that were free a moment
-// ago, drawn below the kernel's ephemeral range: a port handed out for
-// ":0" is also a candidate source port for every outgoing connection on
-// the machine, so between picking it and the node binding it a client
-// could take it. All n stay bound until all are picked, so none repeats.
-func freePorts(n int) ([]int, error) {
-	lo := ephemeralLow()
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			_ = l.Close()
-		}
-	}()
-	ports := make([]int, 0, n)
-	for tries := 0; len(ports) < n && tries < 1000; tries++ {
-		p := 10000 + rand.IntN(lo-10000)
-		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
-		if err != nil {
-			continue // in use (or one of ours already)
-		}
-		ls = append(ls, l)
-		ports = append(ports, p)
-	}
-	if len(ports) < n {
-		return nil, fmt.Errorf("pick %d free ports: found %d in 10000..%d", n, len(ports), lo-1)
-	}
-	return ports, nil
-}
-
-// ephemeralLow is the lowest port of the kernel's ephemeral range (32768
-// when it cannot be read).
-func ephemeralLow() int {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err != nil {
-		return 32768
-	}
-	f := strings.Fields(string(b))
-	if len(f) != 2 {
-		return 32768
-	}
-	lo, err := strconv.Atoi(f[0])
-	if err != nil || lo <= 11000 {
-		return 32768
-	}
-	return lo
 }
 
 // waitUntil calls cond every 50 ms until it returns nil, and fails with its
