@@ -147,3 +147,29 @@ func TestOpsRatioUsesPerRoundRatios(t *testing.T) {
 		t.Fatalf("ratio of medians %v, want 2", r)
 	}
 }
+
+// TestLongestIn: per span, the longest write in flight of each group —
+// into the flipping bucket, the control writers, the noise-floor writers —
+// ignoring writes outside the span and other buckets' moving writes.
+func TestLongestIn(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	const movers = 2
+	writes := []fgWrite{
+		{start: at(0), end: at(5), bucket: 7, client: 0, moving: true},   // ends before the span
+		{start: at(8), end: at(30), bucket: 7, client: 1, moving: true},  // flipping bucket, 22 ms
+		{start: at(9), end: at(50), bucket: 8, client: 0, moving: true},  // another bucket: ignored
+		{start: at(10), end: at(14), bucket: 1, client: 2},               // control, 4 ms
+		{start: at(11), end: at(20), bucket: 1, client: 3},               // control, 9 ms
+		{start: at(12), end: at(13), bucket: 1, client: 4},               // noise floor, 1 ms
+		{start: at(40), end: at(90), bucket: 7, client: 1, moving: true}, // starts after the span
+	}
+	l := longestIn(writes, 7, movers, at(10), at(25))
+	want := longest{d: [3]time.Duration{22 * time.Millisecond, 9 * time.Millisecond, time.Millisecond}, seen: [3]bool{true, true, true}}
+	if l != want {
+		t.Fatalf("longestIn = %+v, want %+v", l, want)
+	}
+	if l := longestIn(writes, 7, movers, at(60), at(70)); l.seen[1] || !l.seen[0] {
+		t.Fatalf("a span with only the long moving write: %+v", l)
+	}
+}

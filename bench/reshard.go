@@ -692,37 +692,17 @@ func (f *ReshardFigures) atFlip(writes []fgWrite, spans map[migKey][2]time.Time,
 		if st, ok := starts[k]; ok && st.Before(sp[0]) {
 			c := st.Add(sp[0].Sub(st) / 2)
 			half := hi.Sub(lo) / 2
-			if m, c, ok := longestIn(writes, k.bucket, movers, c.Add(-half), c.Add(half)); ok {
-				mid = append(mid, m-c)
+			if l := longestIn(writes, k.bucket, movers, c.Add(-half), c.Add(half)); l.seen[0] && l.seen[1] {
+				mid = append(mid, l.d[0]-l.d[1])
 			}
 		}
-		var flip, ctl, ctl2 time.Duration
-		var seenFlip, seenCtl, seenCtl2 bool
-		for _, wr := range writes {
-			if !wr.start.Before(hi) {
-				break // sorted by start
-			}
-			if !wr.end.After(lo) {
-				continue
-			}
-			d := wr.end.Sub(wr.start)
-			switch {
-			case wr.moving && wr.bucket == k.bucket:
-				seenFlip = true
-				flip = max(flip, d)
-			case !wr.moving && wr.client >= movers && wr.client < 2*movers:
-				seenCtl = true
-				ctl = max(ctl, d)
-			case !wr.moving && wr.client >= 2*movers && wr.client < 3*movers:
-				seenCtl2 = true
-				ctl2 = max(ctl2, d)
-			}
-		}
-		if !seenFlip || !seenCtl {
+		l := longestIn(writes, k.bucket, movers, lo, hi)
+		if !l.seen[0] || !l.seen[1] {
 			continue
 		}
-		if seenCtl2 {
-			noise = append(noise, ctl2-ctl)
+		flip, ctl := l.d[0], l.d[1]
+		if l.seen[2] {
+			noise = append(noise, l.d[2]-ctl)
 		}
 		at = append(at, flip)
 		control = append(control, ctl)
@@ -738,11 +718,19 @@ func (f *ReshardFigures) atFlip(writes []fgWrite, spans map[migKey][2]time.Time,
 	f.MidMoveExcessP50Ms, f.MidMoveExcessP99Ms, _ = durationsMs(mid)
 }
 
-// longestIn returns the longest write into bucket b and the longest write
-// of the control writers (clients [movers, 2*movers)) in flight in
-// [lo, hi); ok is false unless both groups had one.
-func longestIn(writes []fgWrite, b uint32, movers int, lo, hi time.Time) (moving, control time.Duration, ok bool) {
-	var seenMoving, seenControl bool
+// longest holds, for one span, the longest write of each group of writers
+// in flight in it: [0] into the flipping bucket, [1] of the control writers
+// (clients [movers, 2*movers)), [2] of the next as many (the noise floor);
+// seen says which groups had one.
+type longest struct {
+	d    [3]time.Duration
+	seen [3]bool
+}
+
+// longestIn returns the longest writes of each group in flight in [lo, hi)
+// (writes sorted by start).
+func longestIn(writes []fgWrite, b uint32, movers int, lo, hi time.Time) longest {
+	var l longest
 	for _, wr := range writes {
 		if !wr.start.Before(hi) {
 			break // sorted by start
@@ -750,17 +738,21 @@ func longestIn(writes []fgWrite, b uint32, movers int, lo, hi time.Time) (moving
 		if !wr.end.After(lo) {
 			continue
 		}
-		d := wr.end.Sub(wr.start)
+		g := -1
 		switch {
 		case wr.moving && wr.bucket == b:
-			seenMoving = true
-			moving = max(moving, d)
+			g = 0
 		case !wr.moving && wr.client >= movers && wr.client < 2*movers:
-			seenControl = true
-			control = max(control, d)
+			g = 1
+		case !wr.moving && wr.client >= 2*movers && wr.client < 3*movers:
+			g = 2
+		}
+		if g >= 0 {
+			l.seen[g] = true
+			l.d[g] = max(l.d[g], wr.end.Sub(wr.start))
 		}
 	}
-	return moving, control, seenMoving && seenControl
+	return l
 }
 
 // fgResult is one phase of the foreground load.
