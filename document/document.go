@@ -242,6 +242,42 @@ type Metadata struct {
 // TimeFormat is RavenDB's "@last-modified" format (7 fraction digits, UTC).
 const TimeFormat = "2006-01-02T15:04:05.0000000Z"
 
+// AppendTime appends t in UTC in TimeFormat. It is what
+// t.UTC().AppendFormat(dst, TimeFormat) gives for years 0 to 9999, without
+// parsing the layout on every call: every document a GET or a query
+// returns carries one.
+func AppendTime(dst []byte, t time.Time) []byte {
+	t = t.UTC()
+	year, month, day := t.Date()
+	if year < 0 || year > 9999 {
+		return t.AppendFormat(dst, TimeFormat)
+	}
+	hour, min, sec := t.Clock()
+	frac := t.Nanosecond() / 100
+	var b [28]byte
+	put := func(i, v, width int) {
+		for j := i + width - 1; j >= i; j-- {
+			b[j] = byte('0' + v%10)
+			v /= 10
+		}
+	}
+	put(0, year, 4)
+	b[4] = '-'
+	put(5, int(month), 2)
+	b[7] = '-'
+	put(8, day, 2)
+	b[10] = 'T'
+	put(11, hour, 2)
+	b[13] = ':'
+	put(14, min, 2)
+	b[16] = ':'
+	put(17, sec, 2)
+	b[19] = '.'
+	put(20, frac, 7)
+	b[27] = 'Z'
+	return append(dst, b[:]...)
+}
+
 // Render appends body with m as its "@metadata" to dst.
 func Render(dst, body []byte, m Metadata) []byte {
 	if len(body) < 2 {
@@ -260,7 +296,7 @@ func Render(dst, body []byte, m Metadata) []byte {
 	dst = append(dst, `,"@change-vector":`...)
 	dst = appendJSONString(dst, m.ChangeVector)
 	dst = append(dst, `,"@last-modified":"`...)
-	dst = m.LastModified.UTC().AppendFormat(dst, TimeFormat)
+	dst = AppendTime(dst, m.LastModified)
 	dst = append(dst, '"')
 	if m.Shard >= 0 {
 		dst = append(dst, `,"@bucket":`...)
