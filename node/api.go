@@ -163,9 +163,14 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	writeRaw(w, status, b)
 }
 
+// jsonContentType is every answer's Content-Type header value; net/http
+// only reads it.
+var jsonContentType = []string{"application/json; charset=utf-8"}
+
 func writeRaw(w http.ResponseWriter, status int, b []byte) {
-	w.Header().Set("Content-Type", "application/json; charset=utf-8")
-	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	h := w.Header()
+	h["Content-Type"] = jsonContentType // canonical keys: no Set, no copy
+	h["Content-Length"] = []string{strconv.Itoa(len(b))}
 	w.WriteHeader(status)
 	_, _ = w.Write(b)
 }

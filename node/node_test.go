@@ -17,7 +17,7 @@ import (
 )
 
 // testNode starts a one-node cluster on loopback ports chosen at run time.
-func testNode(t *testing.T, dir string) *Node {
+func testNode(t testing.TB, dir string) *Node {
 	t.Helper()
 	cfg := config.Default()
 	cfg.Node.DataDir = dir

@@ -589,8 +589,16 @@ func retryable(err error) bool {
 }
 
 // membersByPreference orders a shard's members: up nodes first, each group
-// in topology order (the first healthy member serves by default).
+// in topology order (the first healthy member serves by default). The
+// result may be members itself: callers only read it.
 func (n *Node) membersByPreference(members []string) []string {
+	allUp := true
+	for _, m := range members {
+		allUp = allUp && n.health.up(m)
+	}
+	if allUp {
+		return members // the usual case, in its order: nothing to copy
+	}
 	out := make([]string, 0, len(members))
 	for _, m := range members {
 		if n.health.up(m) {
