@@ -17,7 +17,7 @@ import (
 )
 
 // testNode starts a one-node cluster on loopback ports chosen at run time.
-func testNode(t testing.TB, dir string) *Node {
+func testNode(t testing.TB, dir string, tweak ...func(*config.Config)) *Node {
 	t.Helper()
 	cfg := config.Default()
 	cfg.Node.DataDir = dir
@@ -26,6 +26,9 @@ func testNode(t testing.TB, dir string) *Node {
 	cfg.NATS.Listen = "127.0.0.1:0"
 	cfg.HTTP.MaxDocumentBytes = 1 << 20
 	cfg.HTTP.MaxBodyBytes = 4 << 20
+	for _, f := range tweak {
+		f(&cfg)
+	}
 	var logger *slog.Logger
 	if testing.Verbose() {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))

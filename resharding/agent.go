@@ -541,7 +541,7 @@ func (a *Agent) migrateLeftovers(ctx context.Context, rec *raftfsm.DatabaseRecor
 	}
 	var found *storage.BucketStats
 	errStop := errors.New("stop")
-	_ = a.s.RangeStats(0, ^uint32(0)>>12, func(st storage.BucketStats) error {
+	pick := func(st storage.BucketStats) error {
 		if st.DocumentsCount+st.TombstonesCount == 0 || rec.ShardOf(st.Bucket) == a.shard {
 			return nil
 		}
@@ -550,7 +550,22 @@ func (a *Agent) migrateLeftovers(ctx context.Context, rec *raftfsm.DatabaseRecor
 		}
 		found = &st
 		return errStop
-	})
+	}
+	// Only the ranges other shards own: a replica keeps statistics only
+	// for buckets that held items, so the sweep reads what was left
+	// behind (and the few buckets that moved away), not every bucket this
+	// shard owns, however large it grows.
+	ranges := rec.Sharding.BucketRanges
+	for i := 0; i < len(ranges) && found == nil; i++ {
+		if ranges[i].ShardNumber == a.shard {
+			continue
+		}
+		from, to := ranges.Span(i)
+		if err := a.s.RangeStats(from, to, pick); err != nil && !errors.Is(err, errStop) {
+			a.logger.Warn("documents migrator could not read bucket statistics", "from", from, "to", to, "err", err)
+			return
+		}
+	}
 	if found == nil {
 		return
 	}
