@@ -88,7 +88,14 @@ func (n *Node) handleGetDocs(w http.ResponseWriter, r *http.Request) {
 			size += renderedSize(d)
 		}
 	}
-	out := make([]byte, 0, size)
+	bp, _ := n.answers.Get().(*[]byte)
+	if bp == nil {
+		bp = new([]byte)
+	}
+	out := (*bp)[:0]
+	if cap(out) < size {
+		out = make([]byte, 0, size)
+	}
 	out = append(out, `{"Results":[`...)
 	for i, d := range docs {
 		if i > 0 {
@@ -101,8 +108,16 @@ func (n *Node) handleGetDocs(w http.ResponseWriter, r *http.Request) {
 		out = renderDoc(out, d, d.Bucket, shards[i])
 	}
 	out = append(out, `],"Includes":{}}`...)
-	writeRaw(w, http.StatusOK, out)
+	writeRaw(w, http.StatusOK, out) // net/http has copied or sent out when Write returns
+	if cap(out) <= maxPooledAnswer {
+		*bp = out
+		n.answers.Put(bp)
+	}
 }
+
+// maxPooledAnswer bounds the buffers kept for reuse: a rare answer of
+// many large documents is left to the collector.
+const maxPooledAnswer = 64 << 10
 
 // queryValues appends to dst the values of key in a raw query string, as
 // url.ParseQuery would give them (pairs it would refuse are skipped), but

@@ -47,6 +47,10 @@ type Node struct {
 
 	httpLn  net.Listener
 	httpSrv *http.Server
+	// answers recycles the buffers GETs render documents into: one per
+	// request, the size of its documents, was most of what a point GET
+	// allocated.
+	answers sync.Pool
 
 	started time.Time
 	// maxDocBytes is http.max-document-bytes, or less if the bus's messages
