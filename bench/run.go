@@ -234,6 +234,15 @@ func (r *run) datasetFor(ctx context.Context, s *sysRun, name string, scans bool
 		return nil, fmt.Errorf("load %d records: %w", records, err)
 	}
 	r.logf("%-12s %-10s loaded %d records in %.1fs", name, s.sys.name(), records, res.elapsed.Seconds())
+	waited, settled, err := settle(ctx, ds)
+	if err != nil {
+		return nil, err
+	}
+	if !settled {
+		r.logf("%-12s %-10s still compacting after %.0fs; measuring anyway", name, s.sys.name(), waited.Seconds())
+	} else if waited > 0 {
+		r.logf("%-12s %-10s compactions settled %.1fs after the load", name, s.sys.name(), waited.Seconds())
+	}
 	return st, nil
 }
 

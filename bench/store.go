@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"errors"
+	"time"
 )
 
 // errUnsupported is returned by a baseline for an operation it does not
@@ -45,4 +46,39 @@ type client interface {
 	writeBatch(ctx context.Context, keys []int64, recs [][]byte) error
 	// close releases the client's connection, if it has its own.
 	close()
+}
+
+// settler is a dataset whose storage does background work after a load
+// (an LSM's flushes and compactions). The closed-loop rounds start once it
+// is idle, so they measure the workload and not the load's tail, as a
+// YCSB run phase follows its load phase.
+type settler interface {
+	// settled reports whether no compaction is running or owed.
+	settled(ctx context.Context) (bool, error)
+}
+
+// maxSettle bounds the wait for a loaded dataset to settle.
+const maxSettle = 60 * time.Second
+
+// settle waits until ds, if it is a settler, is idle, at most maxSettle; it
+// returns how long it waited and whether ds settled.
+func settle(ctx context.Context, ds dataset) (time.Duration, bool, error) {
+	s, ok := ds.(settler)
+	if !ok {
+		return 0, true, nil
+	}
+	start := time.Now()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		done, err := s.settled(ctx)
+		if err != nil || done || time.Since(start) >= maxSettle {
+			return time.Since(start), done, err
+		}
+		select {
+		case <-ctx.Done():
+			return time.Since(start), false, ctx.Err()
+		case <-tick.C:
+		}
+	}
 }

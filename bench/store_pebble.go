@@ -80,6 +80,18 @@ func (d *pebbleDataset) client(context.Context, int) (client, error) {
 	return &pebbleClient{d: d}, nil
 }
 
+// settled reports whether every instance has no compaction running or
+// owed.
+func (d *pebbleDataset) settled(context.Context) (bool, error) {
+	for _, db := range d.dbs {
+		m := db.Metrics()
+		if m.Compact.NumInProgress > 0 || m.Compact.EstimatedDebt > 0 {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
 func (d *pebbleDataset) drop(context.Context) error {
 	var errs []error
 	for _, db := range d.dbs {

@@ -95,6 +95,31 @@ func (d *shardnodeDataset) client(context.Context, int) (client, error) {
 	return &shardnodeClient{d: d, rc: rc}, nil
 }
 
+// settled asks each shard replica's statistics whether Pebble is
+// compacting or owes compactions.
+func (d *shardnodeDataset) settled(ctx context.Context) (bool, error) {
+	for n := 0; n < d.sys.shards; n++ {
+		var buf bytes.Buffer
+		url := fmt.Sprintf("%s/databases/%s$%d/stats", d.sys.base, d.db, n)
+		if err := do(ctx, d.sys.hc, http.MethodGet, url, nil, http.StatusOK, &buf); err != nil {
+			return false, fmt.Errorf("settle: %w", err)
+		}
+		var st struct {
+			Engine struct {
+				CompactionsRunning  int
+				CompactionDebtBytes uint64
+			}
+		}
+		if err := json.Unmarshal(buf.Bytes(), &st); err != nil {
+			return false, fmt.Errorf("settle: stats of shard %d: %w", n, err)
+		}
+		if st.Engine.CompactionsRunning > 0 || st.Engine.CompactionDebtBytes > 0 {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
 func (d *shardnodeDataset) drop(ctx context.Context) error {
 	var buf bytes.Buffer
 	url := d.sys.base + "/admin/databases/" + d.db
