@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -93,10 +94,8 @@ func TestDocCacheNeverServesAnAcknowledgedOverwrite(t *testing.T) {
 	if reads.Load() < 20000 || writes.Load() < 1000 {
 		t.Fatalf("only %d reads and %d writes before the deadline", reads.Load(), writes.Load())
 	}
-	cache.mu.Lock()
-	defer cache.mu.Unlock()
-	if cache.size > cache.max || cache.size < 0 {
-		t.Fatalf("cache holds %d bytes, budget %d", cache.size, cache.max)
+	if n := cache.size.Load(); n > cache.max || n < 0 {
+		t.Fatalf("cache holds %d bytes, budget %d", n, cache.max)
 	}
 }
 
@@ -114,7 +113,7 @@ func TestDocCacheHitsAndForgetsClosedStores(t *testing.T) {
 	if _, err := s.Get("a"); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := cache.get(s, string(itemKey(bucket.ForID("a"), "a"))); !ok {
+	if _, ok := s.docs.get(string(itemKey(bucket.ForID("a"), "a"))); !ok {
 		t.Fatal("a read document is not cached")
 	}
 	d, _ := s.Get("a")
@@ -128,8 +127,8 @@ func TestDocCacheHitsAndForgetsClosedStores(t *testing.T) {
 	}
 	cache.mu.Lock()
 	defer cache.mu.Unlock()
-	if len(cache.m) != 0 || cache.size != 0 {
-		t.Fatalf("closed store left %d entries, %d bytes", len(cache.m), cache.size)
+	if len(cache.parts) != 0 || cache.size.Load() != 0 {
+		t.Fatalf("closed store left %d parts, %d bytes", len(cache.parts), cache.size.Load())
 	}
 }
 
@@ -137,19 +136,70 @@ func TestDocCacheHitsAndForgetsClosedStores(t *testing.T) {
 // commit invalidated its key is not cached after it.
 func TestDocCacheRefusesAReadThatRacedACommit(t *testing.T) {
 	c := NewDocCache(1 << 20)
-	s := &Store{}
+	p := c.open()
 	old := &Document{ID: "k", ChangeVector: "A:1-x", Body: []byte(`{}`)}
-	gen := c.generation(s)         // the read begins
-	c.invalidate(s, []string{"k"}) // a commit of k lands
-	c.put(s, "k", old, gen)        // the read's old result arrives
-	if _, ok := c.get(s, "k"); ok {
+	gen := p.generation()       // the read begins
+	p.invalidate([]string{"k"}) // a commit of k lands
+	p.put("k", old, gen)        // the read's old result arrives
+	if _, ok := p.get("k"); ok {
 		t.Fatal("a result read before a commit was cached after it")
 	}
-	c.put(s, "k", old, c.generation(s))
-	if _, ok := c.get(s, "k"); !ok {
+	p.put("k", old, p.generation())
+	if _, ok := p.get("k"); !ok {
 		t.Fatal("a read after the commit was not cached")
+	}
+	p.close()
+	p.put("k", old, p.generation()) // a read that finished after the close
+	if _, ok := p.get("k"); ok || c.size.Load() != 0 {
+		t.Fatalf("a closed part cached a read (%d bytes held)", c.size.Load())
 	}
 	if NewDocCache(0) != nil {
 		t.Fatal("a zero budget must disable the cache")
+	}
+}
+
+// TestDocCacheGivesAColdStoresMemoryToTheOneBeingRead: the replicas share
+// one budget, and the part of a replica no longer read is the one evicted
+// when another one's reads need the room.
+func TestDocCacheGivesAColdStoresMemoryToTheOneBeingRead(t *testing.T) {
+	const docs = 100
+	body := `{"f":"` + strings.Repeat("x", 1000) + `"}`
+	cache := NewDocCache(docs * 1300) // about 100 such documents
+	var stores [2]*Store
+	for i := range stores {
+		s, err := Open(Options{Dir: t.TempDir(), NodeTag: "A", DocCache: cache})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		stores[i] = s
+		ops := make([]Op, docs)
+		for k := range ops {
+			ops[k] = put(fmt.Sprintf("d%d", k), body)
+		}
+		if _, err := s.Write(context.Background(), ops); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func(s *Store) {
+		for k := 0; k < docs; k++ {
+			if _, err := s.Get(fmt.Sprintf("d%d", k)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	read(stores[0])
+	cold := stores[0].docs.size.Load()
+	// Eviction picks at random: read the second store until the first,
+	// no longer read, holds less than a tenth of what it held.
+	for pass := 0; stores[0].docs.size.Load() > cold/10; pass++ {
+		if pass == 200 {
+			t.Fatalf("after %d passes over the read store the cold one still holds %d of %d bytes (the read one %d)",
+				pass, stores[0].docs.size.Load(), cold, stores[1].docs.size.Load())
+		}
+		read(stores[1])
+		if total, parts := cache.size.Load(), stores[0].docs.size.Load()+stores[1].docs.size.Load(); total > cache.max || total != parts {
+			t.Fatalf("cache holds %d bytes (parts %d), budget %d", total, parts, cache.max)
+		}
 	}
 }

@@ -30,14 +30,14 @@ func (s *Store) GetItem(id string) (*Document, error) {
 	key := itemKey(b, id)
 	var gen uint64
 	if s.docs != nil {
-		if d, ok := s.docs.get(s, string(key)); ok {
+		if d, ok := s.docs.get(string(key)); ok {
 			return d, nil
 		}
-		gen = s.docs.generation(s)
+		gen = s.docs.generation()
 	}
 	d, err := s.get(key, b)
 	if err == nil && s.docs != nil {
-		s.docs.put(s, string(key), d, gen)
+		s.docs.put(string(key), d, gen)
 	}
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return nil, fmt.Errorf("get %q: %w", id, err)

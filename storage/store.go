@@ -68,7 +68,7 @@ type Store struct {
 	// Group-commit figures, for observing how well commits are shared.
 	commits, commitOps, commitNanos, syncNanos uint64
 
-	docs *DocCache // nil: no document cache
+	docs *docShard // this store's part of the node's document cache; nil: none
 
 	// statsCache holds recently written buckets' committed statistics, so
 	// a write need not read them back from Pebble: a memtable seek costs
@@ -115,8 +115,11 @@ func Open(opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", opts.Dir, err)
 	}
-	s := &Store{db: db, tag: opts.NodeTag, logger: logger, reqs: make(chan *writeReq, 1024), done: make(chan struct{}), changed: make(chan struct{}), docs: opts.DocCache, statsCache: map[uint32]*bucketState{}, statsCacheMax: statsCacheMax, used: newBucketSet()}
+	s := &Store{db: db, tag: opts.NodeTag, logger: logger, reqs: make(chan *writeReq, 1024), done: make(chan struct{}), changed: make(chan struct{}), docs: opts.DocCache.open(), statsCache: map[uint32]*bucketState{}, statsCacheMax: statsCacheMax, used: newBucketSet()}
 	if err := s.load(); err != nil {
+		if s.docs != nil {
+			s.docs.close()
+		}
 		_ = db.Close()
 		return nil, fmt.Errorf("open store %s: %w", opts.Dir, err)
 	}
@@ -343,7 +346,7 @@ func (s *Store) Close() error {
 	s.cancel()
 	<-s.done
 	if s.docs != nil {
-		s.docs.drop(s)
+		s.docs.close()
 	}
 	return s.db.Close()
 }

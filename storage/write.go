@@ -258,7 +258,7 @@ func (s *Store) commitRound(reqs []*writeReq) {
 		for k := range r.items {
 			keys = append(keys, k)
 		}
-		s.docs.invalidate(s, keys)
+		s.docs.invalidate(keys)
 	}
 	if err == nil {
 		s.mu.Lock()
