@@ -55,7 +55,31 @@ func (n *Node) routes() http.Handler {
 		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	}
-	return mux
+	return n.untilReady(mux)
+}
+
+// untilReady answers requests about databases with 503 NodeStarting until
+// the node has replayed the raft log and opened its replicas: before then
+// its records are incomplete, and "database does not exist" would be a
+// false answer that a client could act on (recreate it, give up). Health,
+// cluster membership, joins, forwarded raft commands and profiles are
+// served throughout: other nodes and operators need them while it starts.
+func (n *Node) untilReady(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !n.ready.Load() && needsRecords(r.URL.Path) {
+			w.Header().Set("Retry-After", "1")
+			writeError(w, &apiError{Status: http.StatusServiceUnavailable, Type: "NodeStarting",
+				Msg: fmt.Sprintf("node %s is starting: it serves databases once it has replayed the raft log; retry shortly or ask another node", n.cfg.Node.Tag)})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// needsRecords reports whether a request's answer depends on the
+// database records.
+func needsRecords(path string) bool {
+	return strings.HasPrefix(path, "/databases/") || strings.HasPrefix(path, "/admin/") || path == "/topology"
 }
 
 // apiError is an error with its HTTP status and a type name for clients.

@@ -396,3 +396,28 @@ func TestRestartReplaysDeleteAndRecreate(t *testing.T) {
 		n2.Close()
 	}
 }
+
+// TestAStartingNodeSaysSoInsteadOfNotFound: until it has replayed the raft
+// log a node answers database requests with 503 NodeStarting (and
+// Retry-After), never with a false 404; health and membership answer
+// throughout.
+func TestAStartingNodeSaysSoInsteadOfNotFound(t *testing.T) {
+	n := testNode(t, t.TempDir())
+	c := client{t, n.HTTPURL()}
+	c.must(201, "PUT", "/admin/databases/db", `{"Shards": 1}`)
+	c.must(201, "PUT", "/databases/db/docs?id=a", `{"v":1}`)
+	n.ready.Store(false) // as during Start, before the log is replayed
+	for _, path := range []string{"/databases/db/docs?id=a", "/databases/nope/docs?id=a", "/admin/databases", "/admin/databases/db", "/topology?name=db"} {
+		r := c.do("GET", path, "")
+		if r.Status != 503 || r.json(t)["Type"] != "NodeStarting" || r.Header.Get("Retry-After") == "" {
+			t.Errorf("GET %s while starting: %d %s (Retry-After %q)", path, r.Status, r.Body, r.Header.Get("Retry-After"))
+		}
+	}
+	if r := c.do("PUT", "/admin/databases/db", `{"Shards": 1}`); r.Status != 503 {
+		t.Errorf("create while starting: %d %s", r.Status, r.Body)
+	}
+	c.must(503, "GET", "/healthz", "") // served, and says not ready
+	c.must(200, "GET", "/cluster", "")
+	n.ready.Store(true)
+	c.must(200, "GET", "/databases/db/docs?id=a", "")
+}
