@@ -317,6 +317,7 @@ func (r *DatabaseRecord) transferOwnership(m *BucketMigration, at time.Time, ind
 	}
 	if op := r.Sharding.Resharding[m.OperationID]; op != nil {
 		op.BucketsDone++
+		op.BucketsMigrated++
 		op.DocumentsMoved += m.Documents
 		op.BytesMoved += m.Bytes
 	}

@@ -95,7 +95,7 @@ func TestReshardingOperationCounts(t *testing.T) {
 	mustApply(t, f, 12, &DestinationMigrationConfirm{Database: "db", Bucket: 349524, MigrationIndex: 9, Node: "C"})
 	rec, _ := f.Record("db")
 	o := rec.Sharding.Resharding["op"]
-	if o.BucketsDone != 5 || o.DocumentsMoved != 3 || o.Status != OperationRunning {
+	if o.BucketsDone != 5 || o.BucketsMigrated != 1 || o.DocumentsMoved != 3 || o.Status != OperationRunning {
 		t.Fatalf("op before cleanup %+v", o)
 	}
 	mustApply(t, f, 13, &SourceMigrationCleanup{Database: "db", Bucket: 349524, MigrationIndex: 9, Node: "A"})

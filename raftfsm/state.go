@@ -124,19 +124,23 @@ const (
 // ReshardingOperation is one request to move a range of buckets to a
 // shard; it proceeds one bucket at a time per source shard.
 type ReshardingOperation struct {
-	ID             string    `json:"OperationId"`
-	FromBucket     uint32    `json:"FromBucket"`
-	ToBucket       uint32    `json:"ToBucket"`
-	ToShard        int       `json:"ToShard"`
-	Status         string    `json:"Status"`
-	BucketsTotal   int64     `json:"BucketsTotal"`
-	BucketsDone    int64     `json:"BucketsDone"`
-	DocumentsMoved int64     `json:"DocumentsMoved"`
-	BytesMoved     int64     `json:"BytesMoved"`
-	StartedAt      time.Time `json:"StartedAt"`
-	EndedAt        time.Time `json:"EndedAt,omitzero"`
-	StartIndex     uint64    `json:"StartIndex"`
-	Errors         []string  `json:"Errors,omitempty"`
+	ID           string `json:"OperationId"`
+	FromBucket   uint32 `json:"FromBucket"`
+	ToBucket     uint32 `json:"ToBucket"`
+	ToShard      int    `json:"ToShard"`
+	Status       string `json:"Status"`
+	BucketsTotal int64  `json:"BucketsTotal"`
+	BucketsDone  int64  `json:"BucketsDone"`
+	// BucketsMigrated counts the buckets of BucketsDone that held
+	// documents or tombstones and moved with them, one at a time; the
+	// others were empty and changed owner in bulk.
+	BucketsMigrated int64     `json:"BucketsMigrated"`
+	DocumentsMoved  int64     `json:"DocumentsMoved"`
+	BytesMoved      int64     `json:"BytesMoved"`
+	StartedAt       time.Time `json:"StartedAt"`
+	EndedAt         time.Time `json:"EndedAt,omitzero"`
+	StartIndex      uint64    `json:"StartIndex"`
+	Errors          []string  `json:"Errors,omitempty"`
 }
 
 // ShardOf returns the shard that owns bucket b.

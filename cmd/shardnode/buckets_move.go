@@ -44,8 +44,9 @@ terminal (or with --plain) it prints a plain line instead each time the
 progress changes (a bucket done, a bucket failing or stuck, the end), and
 every 10s while nothing does. Buckets that keep failing or sit in one step
 too long are printed once as ALERT lines, and the errors the operation
-records as ERROR lines. At the end comes a summary: buckets, documents,
-bytes, duration and the average time per bucket.
+records as ERROR lines. At the end comes a summary: buckets (with data,
+moved one at a time, and empty, moved at once), documents, bytes, duration
+and the average time per bucket with data.
 
 Progress comes from the database's event stream (GET /databases/DB/events);
 if the stream fails the command polls the operation every 500ms.

@@ -172,7 +172,7 @@ func renderOperation(op operation, now time.Time) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Operation %s: buckets %d-%d to shard %d\n", op.OperationID, op.FromBucket, op.ToBucket, op.ToShard)
 	fmt.Fprintf(&b, "  Status      %s\n", op.Status)
-	fmt.Fprintf(&b, "  Buckets     %s of %s (%.1f%%)\n", humanCount(op.BucketsDone), humanCount(op.BucketsTotal), percent(op))
+	fmt.Fprintf(&b, "  Buckets     %s of %s (%.1f%%)%s\n", humanCount(op.BucketsDone), humanCount(op.BucketsTotal), percent(op), bucketsSplit(op))
 	fmt.Fprintf(&b, "  Documents   %s\n", humanCount(op.DocumentsMoved))
 	fmt.Fprintf(&b, "  Bytes       %s\n", humanBytes(op.BytesMoved))
 	fmt.Fprintf(&b, "  Started     %s\n", formatTime(op.StartedAt))

@@ -645,6 +645,23 @@ func TestRenderSummary(t *testing.T) {
 	if got := renderSummary(op, 1500*time.Millisecond); !strings.Contains(got, "Duration    1.5s") || !strings.Contains(got, "no bucket needed moving") {
 		t.Errorf("empty summary:\n%s", got)
 	}
+	// A server that reports BucketsMigrated: the average is over the
+	// buckets that carried data (the empty ones flip at once).
+	sparse := operation{OperationID: "y", FromBucket: 0, ToBucket: 349524, ToShard: 1, Status: "Completed", BucketsTotal: 349525, BucketsDone: 349525,
+		BucketsMigrated: 15, DocumentsMoved: 15, BytesMoved: 2700, StartedAt: start, EndedAt: start.Add(75 * time.Millisecond)}
+	got := renderSummary(sparse, time.Minute)
+	for _, want := range []string{
+		"  Buckets     349,525 of 349,525 moved: 15 with data, one at a time; 349,510 empty, at once\n",
+		"  Average     5.00 ms per bucket with data\n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("sparse summary lacks %q:\n%s", want, got)
+		}
+	}
+	sparse.BucketsMigrated, sparse.DocumentsMoved, sparse.BytesMoved = 0, 0, 0
+	if got := renderSummary(sparse, time.Minute); !strings.Contains(got, "0 with data, one at a time; 349,525 empty, at once") || !strings.Contains(got, "every bucket was empty") {
+		t.Errorf("all-empty summary:\n%s", got)
+	}
 }
 
 func TestHumanFormats(t *testing.T) {

@@ -25,21 +25,23 @@ const (
 // operation is a resharding operation as GET
 // /databases/{db}/resharding/{id} and the "operation" event show it.
 type operation struct {
-	OperationID    string            `json:"OperationId"`
-	FromBucket     uint32            `json:"FromBucket"`
-	ToBucket       uint32            `json:"ToBucket"`
-	ToShard        int               `json:"ToShard"`
-	Status         string            `json:"Status"`
-	BucketsTotal   int64             `json:"BucketsTotal"`
-	BucketsDone    int64             `json:"BucketsDone"`
-	DocumentsMoved int64             `json:"DocumentsMoved"`
-	BytesMoved     int64             `json:"BytesMoved"`
-	StartedAt      time.Time         `json:"StartedAt"`
-	EndedAt        time.Time         `json:"EndedAt"`
-	StartIndex     uint64            `json:"StartIndex"`
-	Errors         []string          `json:"Errors"`
-	CurrentBuckets []bucketMigration `json:"CurrentBuckets"`
-	Alerts         []string          `json:"Alerts"`
+	OperationID  string `json:"OperationId"`
+	FromBucket   uint32 `json:"FromBucket"`
+	ToBucket     uint32 `json:"ToBucket"`
+	ToShard      int    `json:"ToShard"`
+	Status       string `json:"Status"`
+	BucketsTotal int64  `json:"BucketsTotal"`
+	BucketsDone  int64  `json:"BucketsDone"`
+	// BucketsMigrated is absent (0) from servers older than the field.
+	BucketsMigrated int64             `json:"BucketsMigrated"`
+	DocumentsMoved  int64             `json:"DocumentsMoved"`
+	BytesMoved      int64             `json:"BytesMoved"`
+	StartedAt       time.Time         `json:"StartedAt"`
+	EndedAt         time.Time         `json:"EndedAt"`
+	StartIndex      uint64            `json:"StartIndex"`
+	Errors          []string          `json:"Errors"`
+	CurrentBuckets  []bucketMigration `json:"CurrentBuckets"`
+	Alerts          []string          `json:"Alerts"`
 }
 
 // finished reports whether the operation reached a final status.
@@ -281,6 +283,16 @@ func alertKey(alert string) string {
 	return durationToken.ReplaceAllString(alert, "…")
 }
 
+// bucketsSplit says how many of the moved buckets carried data, when the
+// server reports it: ": 15 with data, one at a time; 349,510 empty, at
+// once".
+func bucketsSplit(op operation) string {
+	if op.BucketsMigrated == 0 && op.DocumentsMoved > 0 {
+		return "" // an older server
+	}
+	return fmt.Sprintf(": %s with data, one at a time; %s empty, at once", humanCount(op.BucketsMigrated), humanCount(op.BucketsDone-op.BucketsMigrated))
+}
+
 // renderSummary returns the closing summary of an operation. wall is the
 // time this client watched it, used when the server's times are missing.
 func renderSummary(op operation, wall time.Duration) string {
@@ -290,14 +302,23 @@ func renderSummary(op operation, wall time.Duration) string {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s: buckets %d-%d to shard %d (operation %s)\n", op.Status, op.FromBucket, op.ToBucket, op.ToShard, op.OperationID)
-	fmt.Fprintf(&b, "  Buckets     %s of %s moved\n", humanCount(op.BucketsDone), humanCount(op.BucketsTotal))
+	fmt.Fprintf(&b, "  Buckets     %s of %s moved%s\n", humanCount(op.BucketsDone), humanCount(op.BucketsTotal), bucketsSplit(op))
 	fmt.Fprintf(&b, "  Documents   %s\n", humanCount(op.DocumentsMoved))
 	fmt.Fprintf(&b, "  Bytes       %s\n", humanBytes(op.BytesMoved))
 	fmt.Fprintf(&b, "  Duration    %s\n", formatElapsed(d))
-	if op.BucketsDone > 0 {
-		ms := float64(d) / float64(time.Millisecond) / float64(op.BucketsDone)
-		fmt.Fprintf(&b, "  Average     %s ms per bucket\n", strconv.FormatFloat(ms, 'f', 2, 64))
-	} else {
+	ms := func(n int64) string {
+		return strconv.FormatFloat(float64(d)/float64(time.Millisecond)/float64(n), 'f', 2, 64)
+	}
+	switch {
+	case op.BucketsMigrated > 0:
+		// Empty buckets change owner in a few raft commands, so the
+		// duration is the moves of the buckets with data.
+		fmt.Fprintf(&b, "  Average     %s ms per bucket with data\n", ms(op.BucketsMigrated))
+	case op.BucketsDone > 0 && op.DocumentsMoved == 0:
+		b.WriteString("  Average     - (every bucket was empty and changed owner at once)\n")
+	case op.BucketsDone > 0: // a server that does not report BucketsMigrated
+		fmt.Fprintf(&b, "  Average     %s ms per bucket\n", ms(op.BucketsDone))
+	default:
 		b.WriteString("  Average     - (no bucket needed moving)\n")
 	}
 	if d > 0 && op.BytesMoved > 0 {
