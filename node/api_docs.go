@@ -30,16 +30,21 @@ func validateID(id string) error {
 }
 
 // ifMatch reads the If-Match header (RavenDB clients quote it) and checks
-// that it parses.
-func ifMatch(r *http.Request) (string, error) {
-	v := strings.Trim(strings.TrimSpace(r.Header.Get("If-Match")), `"`)
+// that it parses. A header that is present but empty (`If-Match: ""`) asks
+// for a new document, as RavenDB's empty expected change vector does.
+func ifMatch(r *http.Request) (cv string, isNew bool, err error) {
+	h, ok := r.Header["If-Match"]
+	if !ok || len(h) == 0 {
+		return "", false, nil
+	}
+	v := strings.Trim(strings.TrimSpace(h[0]), `"`)
 	if v == "" {
-		return "", nil
+		return "", true, nil
 	}
 	if _, err := changevector.Parse(v); err != nil {
-		return "", badRequest("If-Match: %v", err)
+		return "", false, badRequest("If-Match: %v", err)
 	}
-	return v, nil
+	return v, false, nil
 }
 
 // shardFor picks the shard that serves id for target t.
@@ -262,7 +267,9 @@ type docWrite struct {
 	t  target
 	id string
 	im string
-	wc writeConcern
+	// isNew: an empty If-Match, the document must not exist.
+	isNew bool
+	wc    writeConcern
 }
 
 // parseDocWrite checks the parts a single-document PUT and DELETE share:
@@ -280,7 +287,7 @@ func (n *Node) parseDocWrite(r *http.Request) (docWrite, error) {
 	if err := validateID(dw.id); err != nil {
 		return docWrite{}, err
 	}
-	if dw.im, err = ifMatch(r); err != nil {
+	if dw.im, dw.isNew, err = ifMatch(r); err != nil {
 		return docWrite{}, err
 	}
 	if dw.wc, err = n.waitForParam(r, t); err != nil {
@@ -305,7 +312,7 @@ func (n *Node) handlePutDoc(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badRequest("document %q: %v", dw.id, err))
 		return
 	}
-	res, err := n.writeOps(r.Context(), dw.t, []storage.Op{{Kind: storage.OpPut, ID: dw.id, Collection: p.Collection, Body: p.Body, IfMatch: dw.im}}, dw.wc)
+	res, err := n.writeOps(r.Context(), dw.t, []storage.Op{{Kind: storage.OpPut, ID: dw.id, Collection: p.Collection, Body: p.Body, IfMatch: dw.im, IfNew: dw.isNew}}, dw.wc)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -322,7 +329,7 @@ func (n *Node) handleDeleteDoc(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	if _, err := n.writeOps(r.Context(), dw.t, []storage.Op{{Kind: storage.OpDelete, ID: dw.id, IfMatch: dw.im}}, dw.wc); err != nil {
+	if _, err := n.writeOps(r.Context(), dw.t, []storage.Op{{Kind: storage.OpDelete, ID: dw.id, IfMatch: dw.im, IfNew: dw.isNew}}, dw.wc); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -642,7 +649,7 @@ func (n *Node) bulkOps(cmds []bulkCommand, compact bool) ([]storage.Op, error) {
 		if err := validateID(c.ID); err != nil {
 			return nil, badRequest("command %d: %v", i, err)
 		}
-		op := storage.Op{ID: c.ID}
+		op := storage.Op{ID: c.ID, IfNew: c.ChangeVector != nil && *c.ChangeVector == ""}
 		if c.ChangeVector != nil && *c.ChangeVector != "" {
 			if _, err := changevector.Parse(*c.ChangeVector); err != nil {
 				return nil, badRequest("command %d (%q): ChangeVector: %v", i, c.ID, err)

@@ -421,3 +421,29 @@ func TestAStartingNodeSaysSoInsteadOfNotFound(t *testing.T) {
 	n.ready.Store(true)
 	c.must(200, "GET", "/databases/db/docs?id=a", "")
 }
+
+// TestEmptyIfMatchAsksForANewDocument: as RavenDB's clients use it under
+// optimistic concurrency, an empty expected change vector (If-Match: "" on
+// a PUT or DELETE, "ChangeVector": "" in bulk_docs) means the document
+// must not exist; an absent one means no check.
+func TestEmptyIfMatchAsksForANewDocument(t *testing.T) {
+	n := testNode(t, t.TempDir())
+	c := client{t, n.HTTPURL()}
+	c.must(201, "PUT", "/admin/databases/db", `{"Shards": 2}`)
+	c.must(201, "PUT", "/databases/db/docs?id=a", `{"v":1}`, "If-Match", `""`)
+	r := c.must(409, "PUT", "/databases/db/docs?id=a", `{"v":2}`, "If-Match", `""`)
+	if r.json(t)["Type"] != "ConcurrencyException" {
+		t.Fatalf("second new document: %s", r.Body)
+	}
+	c.must(409, "DELETE", "/databases/db/docs?id=a", "", "If-Match", "")
+	c.must(409, "POST", "/databases/db/bulk_docs", `{"Commands":[{"Type":"PUT","Id":"a","Document":{"v":3},"ChangeVector":""}]}`)
+	if doc := c.must(200, "GET", "/databases/db/docs?id=a", "").json(t)["Results"].([]any)[0].(map[string]any); doc["v"] != float64(1) {
+		t.Fatalf("a refused write changed a: %v", doc)
+	}
+	c.must(201, "PUT", "/databases/db/docs?id=a", `{"v":4}`) // no If-Match: no check
+	c.must(201, "POST", "/databases/db/bulk_docs", `{"Commands":[{"Type":"PUT","Id":"c","Document":{},"ChangeVector":""},{"Type":"PUT","Id":"a","Document":{"v":5},"ChangeVector":null}]}`)
+	doc := c.must(200, "GET", "/databases/db/docs?id=a", "").json(t)["Results"].([]any)[0].(map[string]any)
+	if doc["v"] != float64(5) {
+		t.Fatalf("a is %v", doc)
+	}
+}

@@ -350,7 +350,7 @@ func (r *remoteReplica) write(ctx context.Context, ops []storage.Op, wc writeCon
 		// refused the op without running anything.
 		w := make([]wireOp, len(ops))
 		for i, op := range ops {
-			w[i] = wireOp{op.Kind, op.ID, op.Collection, op.Body, op.IfMatch}
+			w[i] = wireOp{op.Kind, op.ID, op.Collection, op.Body, wireIfMatch(op)}
 		}
 		var res []storage.Result
 		err := r.n.call(ctx, r.tag, "shard.write", shardRequest{DB: r.db, Shard: r.shard, Ops: w, WaitFor: wc.Replicas, WaitTimeout: wc.Timeout, RecordEtag: routed}, &res)
@@ -446,7 +446,8 @@ func (n *Node) registerShardRPC() {
 		}
 		ops := make([]storage.Op, len(req.Ops))
 		for i, o := range req.Ops {
-			ops[i] = storage.Op{Kind: o.Kind, ID: o.ID, Collection: o.Collection, Body: o.Body, IfMatch: o.IfMatch}
+			ops[i] = storage.Op{Kind: o.Kind, ID: o.ID, Collection: o.Collection, Body: o.Body}
+			fromWireIfMatch(&ops[i], o.IfMatch)
 		}
 		if err := clientWrites(ops); err != nil {
 			return nil, err

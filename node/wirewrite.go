@@ -29,6 +29,29 @@ type writeRequest struct {
 	Ops         []storage.Op // puts and deletes: Kind, ID, Collection, Body, IfMatch
 }
 
+// ifNewOnWire is an op's If-Match on the bus when the op asks for a new
+// document. It is not a change vector, so a node of an earlier version,
+// which does not know IfNew, refuses the write instead of skipping the
+// check.
+const ifNewOnWire = "(new)"
+
+// wireIfMatch is the concurrency check of op as it travels between nodes.
+func wireIfMatch(op storage.Op) string {
+	if op.IfNew {
+		return ifNewOnWire
+	}
+	return op.IfMatch
+}
+
+// fromWireIfMatch sets op's concurrency check from its form on the bus.
+func fromWireIfMatch(op *storage.Op, s string) {
+	if s == ifNewOnWire {
+		op.IfNew, op.IfMatch = true, ""
+		return
+	}
+	op.IfMatch = s
+}
+
 // appendWriteRequest lays r out as: version, db, shard, wait-for, wait
 // timeout (ns), record etag, op count, then per op its kind, id,
 // collection, If-Match and body (strings and body length-prefixed), with
@@ -45,7 +68,7 @@ func appendWriteRequest(b []byte, r writeRequest) []byte {
 		e.Buf = append(e.Buf, byte(op.Kind))
 		e.String(op.ID)
 		e.String(op.Collection)
-		e.String(op.IfMatch)
+		e.String(wireIfMatch(op))
 		e.Bytes(op.Body)
 	}
 	return e.Buf
@@ -55,7 +78,7 @@ func appendWriteRequest(b []byte, r writeRequest) []byte {
 func writeRequestLen(r writeRequest) int {
 	n := 1 + 5*binary.MaxVarintLen64 + len(r.DB)
 	for _, op := range r.Ops {
-		n += 1 + 4*binary.MaxVarintLen64 + len(op.ID) + len(op.Collection) + len(op.IfMatch) + len(op.Body)
+		n += 1 + 4*binary.MaxVarintLen64 + len(op.ID) + len(op.Collection) + len(wireIfMatch(op)) + len(op.Body)
 	}
 	return n
 }
@@ -86,7 +109,7 @@ func decodeWriteRequest(data []byte) (writeRequest, error) {
 		op := storage.Op{Kind: storage.OpKind(d.Byte("op kind"))}
 		op.ID = d.String("op id")
 		op.Collection = d.String("op collection")
-		op.IfMatch = d.String("op If-Match")
+		fromWireIfMatch(&op, d.String("op If-Match"))
 		op.Body = d.Bytes("op body")
 		r.Ops = append(r.Ops, op)
 	}

@@ -15,6 +15,7 @@ func sampleWriteRequest() writeRequest {
 		{Kind: storage.OpPut, ID: "orders/1", Collection: "Orders", Body: []byte(`{"a":1}`), IfMatch: "A:1-x"},
 		{Kind: storage.OpDelete, ID: "orders/2"},
 		{Kind: storage.OpPut, ID: "ünïcode$x", Body: []byte(`{}`)},
+		{Kind: storage.OpPut, ID: "orders/3", Body: []byte(`{}`), IfNew: true},
 	}}
 }
 

@@ -85,6 +85,35 @@ func TestPutGetDeleteAndChangeVectors(t *testing.T) {
 	}
 }
 
+// TestIfNewRefusesALiveDocument: a write that asks for a new document
+// (RavenDB's empty expected change vector) applies when the id is absent
+// or deleted, and is refused, with its whole group, when it is live.
+func TestIfNewRefusesALiveDocument(t *testing.T) {
+	s := openTest(t, t.TempDir())
+	ctx := context.Background()
+	first, err := s.Write(ctx, []Op{{Kind: OpPut, ID: "n", Body: []byte(`{"v":1}`), IfNew: true}})
+	if err != nil {
+		t.Fatalf("a new document: %v", err)
+	}
+	_, err = s.Write(ctx, []Op{put("other", `{}`), {Kind: OpPut, ID: "N", Body: []byte(`{"v":2}`), IfNew: true}})
+	var ce *ConcurrencyError
+	if !errors.As(err, &ce) || ce.Actual != first[0].ChangeVector || ce.Expected != "" {
+		t.Fatalf("a second new document under the same id: %v", err)
+	}
+	if _, err := s.Get("other"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("the refused write's group was applied: %v", err)
+	}
+	if _, err := s.Write(ctx, []Op{{Kind: OpDelete, ID: "n", IfNew: true}}); !errors.As(err, &ce) {
+		t.Fatalf("a delete expecting no document, of a live one: %v", err)
+	}
+	if _, err := s.Write(ctx, []Op{{Kind: OpDelete, ID: "n"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Write(ctx, []Op{{Kind: OpPut, ID: "n", Body: []byte(`{"v":3}`), IfNew: true}}); err != nil {
+		t.Fatalf("a new document where one was deleted: %v", err)
+	}
+}
+
 func TestGroupIsAtomic(t *testing.T) {
 	s := openTest(t, t.TempDir())
 	ctx := context.Background()

@@ -49,6 +49,10 @@ type Op struct {
 	Collection string
 	// Body is the JSON object without "@metadata" (puts only).
 	Body []byte
+	// IfNew asks that no live document have the id (RavenDB's empty
+	// expected change vector, which its clients send for a new document
+	// under optimistic concurrency): the write is refused otherwise.
+	IfNew bool
 	// IfMatch, when set, is the change vector the caller read; the write
 	// applies only if the stored version equals its version part.
 	IfMatch string
@@ -99,13 +103,17 @@ type Result struct {
 type ConcurrencyError struct {
 	// ID is the document id.
 	ID string
-	// Expected is the caller's change vector.
+	// Expected is the caller's change vector ("" when it asked for a new
+	// document).
 	Expected string
 	// Actual is the stored change vector ("" when the document is missing).
 	Actual string
 }
 
 func (e *ConcurrencyError) Error() string {
+	if e.Expected == "" {
+		return fmt.Sprintf("document %q exists with change vector %q, but the write expected a new document (an empty If-Match or ChangeVector)", e.ID, e.Actual)
+	}
 	if e.Actual == "" {
 		return fmt.Sprintf("document %q does not exist, but If-Match expected change vector %q", e.ID, e.Expected)
 	}
@@ -461,6 +469,9 @@ func (g *round) applyLocal(parent *round, op Op, now time.Time) (Result, error) 
 		return Result{}, err
 	}
 	live := cur.doc != nil && !cur.doc.Deleted()
+	if op.IfNew && live {
+		return Result{}, &ConcurrencyError{ID: op.ID, Actual: cur.doc.ChangeVector}
+	}
 	if op.IfMatch != "" {
 		if err := checkIfMatch(op, cur.doc, live); err != nil {
 			return Result{}, err

@@ -39,6 +39,12 @@ func TestReplicasConvergeAndAnyNodeServes(t *testing.T) {
 			if got["Results"].([]any)[0].(map[string]any)["Name"] != "Ada" {
 				t.Fatalf("read through C: %v", got)
 			}
+			// An empty If-Match asks for a new document, through every node
+			// (one of them forwards to a replica on another node).
+			for i := range c.Members {
+				testcluster.Must(t, 409, "PUT", c.URL(i)+"/databases/db/docs?id=users/1", `{"Name":"Bob"}`, "If-Match", `""`)
+				testcluster.Must(t, 201, "PUT", fmt.Sprintf("%s/databases/db/docs?id=new/%d", c.URL(i), i), `{}`, "If-Match", `""`)
+			}
 			// A write load through every node.
 			var wg sync.WaitGroup
 			for w := 0; w < 6; w++ {
@@ -57,7 +63,7 @@ func TestReplicasConvergeAndAnyNodeServes(t *testing.T) {
 			wg.Wait()
 			testcluster.WaitFor(t, 30*time.Second, "replicas to converge", func() error { return converged(t, c, "db") })
 			q := testcluster.Must(t, 200, "POST", c.URL(1)+"/databases/db/queries", `{"Query":"from @all_docs"}`).JSON(t)
-			if q["TotalResults"] != float64(1+6*36) {
+			if q["TotalResults"] != float64(1+3+6*36) {
 				t.Fatalf("query through B counts %v documents", q["TotalResults"])
 			}
 		})
