@@ -44,6 +44,20 @@ func benchStores(b *testing.B, n int) []*Store {
 	return stores
 }
 
+// rawPebble opens the baselines' Pebble instance, closed at the
+// benchmark's end: the replicas' options, with every value stored as a
+// replica stores document bodies.
+func rawPebble(b *testing.B, cache *pebble.Cache) *pebble.DB {
+	o := PebbleOptions(cache, 0, nil)
+	o.Experimental.SpanPolicyFunc = func([]byte) (pebble.SpanPolicy, []byte, error) { return pebble.SpanPolicy{}, nil, nil }
+	db, err := pebble.Open(b.TempDir(), o)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { db.Close() })
+	return db
+}
+
 func BenchmarkConcurrentDurableWrites(b *testing.B) {
 	stores := benchStores(b, 3)
 	body := []byte(`{"f":"` + strings.Repeat("x", 1000) + `"}`)
@@ -158,17 +172,9 @@ func BenchmarkBulkWrites(b *testing.B) {
 	b.Run("pebble", func(b *testing.B) {
 		var dbs []*pebble.DB
 		cache := pebble.NewCache(256 << 20)
-		defer cache.Unref()
+		b.Cleanup(cache.Unref) // after the instances close (cleanups run last first)
 		for i := 0; i < 3; i++ {
-			o := PebbleOptions(cache, 0, nil)
-			// Its values are all bodies: stored as a replica stores bodies.
-			o.Experimental.SpanPolicyFunc = func([]byte) (pebble.SpanPolicy, []byte, error) { return pebble.SpanPolicy{}, nil, nil }
-			db, err := pebble.Open(b.TempDir(), o)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer db.Close()
-			dbs = append(dbs, db)
+			dbs = append(dbs, rawPebble(b, cache))
 		}
 		run(b, func(w, g int) error {
 			per := make([]*pebble.Batch, 3)
@@ -261,14 +267,8 @@ func BenchmarkPointReads(b *testing.B) {
 	})
 	b.Run("pebble", func(b *testing.B) {
 		cache := pebble.NewCache(256 << 20)
-		defer cache.Unref()
-		o := PebbleOptions(cache, 0, nil)
-		o.Experimental.SpanPolicyFunc = func([]byte) (pebble.SpanPolicy, []byte, error) { return pebble.SpanPolicy{}, nil, nil }
-		db, err := pebble.Open(b.TempDir(), o)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer db.Close()
+		b.Cleanup(cache.Unref)
+		db := rawPebble(b, cache)
 		for i := 0; i < docs; i += 1000 {
 			batch := db.NewBatch()
 			for j := i; j < i+1000; j++ {
