@@ -87,6 +87,9 @@ func (n *Node) handleGetDocs(w http.ResponseWriter, r *http.Request) {
 		writeError(w, notFound("DocumentDoesNotExist", "document %q does not exist", ids[0]))
 		return
 	}
+	if len(ids) == 1 && notModified(w, r, docs[0].ChangeVector) {
+		return
+	}
 	size := 32
 	for _, d := range docs {
 		if d != nil {
@@ -118,6 +121,19 @@ func (n *Node) handleGetDocs(w http.ResponseWriter, r *http.Request) {
 		*bp = out
 		n.answers.Put(bp)
 	}
+}
+
+// notModified sets a single document's ETag, its quoted change vector, as
+// RavenDB does (its clients' HEAD reads the change vector from it), and
+// answers 304 when the request's If-None-Match names that change vector.
+func notModified(w http.ResponseWriter, r *http.Request, cv string) bool {
+	w.Header().Set("ETag", `"`+cv+`"`)
+	inm := r.Header.Get("If-None-Match")
+	if inm == "" || strings.Trim(strings.TrimSpace(inm), `"`) != cv {
+		return false
+	}
+	w.WriteHeader(http.StatusNotModified)
+	return true
 }
 
 // maxPooledAnswer bounds the buffers kept for reuse: a rare answer of

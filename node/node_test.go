@@ -447,3 +447,33 @@ func TestEmptyIfMatchAsksForANewDocument(t *testing.T) {
 		t.Fatalf("a is %v", doc)
 	}
 }
+
+// TestSingleDocumentETag: a single document's GET and HEAD carry its change
+// vector as ETag (RavenDB's clients read it from a HEAD), and
+// If-None-Match with that change vector gets 304 until the document
+// changes.
+func TestSingleDocumentETag(t *testing.T) {
+	n := testNode(t, t.TempDir())
+	c := client{t, n.HTTPURL()}
+	c.must(201, "PUT", "/admin/databases/db", `{"Shards": 2}`)
+	cv := c.must(201, "PUT", "/databases/db/docs?id=a", `{"v":1}`).json(t)["ChangeVector"].(string)
+	if got := c.must(200, "GET", "/databases/db/docs?id=a", "").Header.Get("ETag"); got != `"`+cv+`"` {
+		t.Fatalf("GET ETag %q, want the change vector %q", got, cv)
+	}
+	head := c.must(200, "HEAD", "/databases/db/docs?id=a", "")
+	if head.Header.Get("ETag") != `"`+cv+`"` || len(head.Body) != 0 {
+		t.Fatalf("HEAD: ETag %q, body %q", head.Header.Get("ETag"), head.Body)
+	}
+	c.must(404, "HEAD", "/databases/db/docs?id=nope", "")
+	if r := c.must(304, "GET", "/databases/db/docs?id=a", "", "If-None-Match", `"`+cv+`"`); len(r.Body) != 0 {
+		t.Fatalf("304 with a body: %q", r.Body)
+	}
+	c.must(304, "HEAD", "/databases/db/docs?id=a", "", "If-None-Match", cv)
+	cv2 := c.must(201, "PUT", "/databases/db/docs?id=a", `{"v":2}`).json(t)["ChangeVector"].(string)
+	if got := c.must(200, "GET", "/databases/db/docs?id=a", "", "If-None-Match", `"`+cv+`"`).Header.Get("ETag"); got != `"`+cv2+`"` {
+		t.Fatalf("after a write: ETag %q, want %q", got, cv2)
+	}
+	if got := c.must(200, "GET", "/databases/db/docs?id=a&id=nope", "").Header.Get("ETag"); got != "" {
+		t.Fatalf("several ids: ETag %q", got)
+	}
+}
