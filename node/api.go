@@ -136,6 +136,10 @@ func toAPIError(err error) *apiError {
 		return &apiError{Status: http.StatusNotFound, Type: typeOf(raftfsm.ErrNodeNotFound), Msg: err.Error()}
 	case errors.Is(err, raftfsm.ErrOperationNotFound):
 		return &apiError{Status: http.StatusNotFound, Type: typeOf(raftfsm.ErrOperationNotFound), Msg: err.Error()}
+	case errors.Is(err, storage.ErrClosed):
+		// Retryable on another replica, as a replica that is not open.
+		return &apiError{Status: http.StatusServiceUnavailable, Type: "ShardNotOnThisNode",
+			Msg: fmt.Sprintf("the replica closed under the request (its database was deleted or its shard left the node): %v", err)}
 	case errors.Is(err, ErrNotLeader):
 		return unavailable("%v", err)
 	case errors.Is(err, errTimeout):

@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -476,4 +478,73 @@ func TestSingleDocumentETag(t *testing.T) {
 	if got := c.must(200, "GET", "/databases/db/docs?id=a&id=nope", "").Header.Get("ETag"); got != "" {
 		t.Fatalf("several ids: ETag %q", got)
 	}
+}
+
+// TestDeletingADatabaseUnderLoadKeepsTheNodeUp: queries, multi-shard GETs
+// and writes racing a database's deletion get answers (404 once it is gone,
+// 503 while its replicas close), never a crashed node: a read of a closed
+// replica used to panic inside Pebble.
+func TestDeletingADatabaseUnderLoadKeepsTheNodeUp(t *testing.T) {
+	n := testNode(t, t.TempDir())
+	c := client{t, n.HTTPURL()}
+	var cmds strings.Builder
+	cmds.WriteString(`{"Commands":[`)
+	for i := 0; i < 3000; i++ {
+		if i > 0 {
+			cmds.WriteByte(',')
+		}
+		fmt.Fprintf(&cmds, `{"Type":"PUT","Id":"doc/%d","Document":{"i":%d}}`, i, i)
+	}
+	cmds.WriteString(`]}`)
+	for round := 0; round < 4; round++ {
+		c.must(201, "PUT", "/admin/databases/gone", `{"Shards": 3}`)
+		c.must(201, "POST", "/databases/gone/bulk_docs", cmds.String())
+		stop := make(chan struct{})
+		statuses := make(chan int, 100000)
+		var answered atomic.Int64
+		var wg sync.WaitGroup
+		for w := 0; w < 6; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for k := 0; ; k++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					var r resp
+					switch w % 3 {
+					case 0:
+						r = c.do("POST", "/databases/gone/queries", `{"Query":"from @all_docs where i > 5 order by i desc limit 3"}`)
+					case 1:
+						r = c.do("GET", fmt.Sprintf("/databases/gone/docs?id=doc/%d&id=doc/%d&id=doc/%d", k%3000, (k+1)%3000, (k+2)%3000), "")
+					default:
+						r = c.do("PUT", fmt.Sprintf("/databases/gone/docs?id=w/%d", k), `{}`)
+					}
+					statuses <- r.Status
+					answered.Add(1)
+				}
+			}()
+		}
+		waitAnswered := func(n int64) {
+			for deadline := time.Now().Add(20 * time.Second); answered.Load() < n; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("only %d answers", answered.Load())
+				}
+			}
+		}
+		waitAnswered(30) // the load is running
+		c.must(204, "DELETE", "/admin/databases/gone", "")
+		waitAnswered(answered.Load() + 60) // and runs on against the deleted database
+		close(stop)
+		wg.Wait()
+		close(statuses)
+		for s := range statuses {
+			if s != 200 && s != 201 && s != 404 && s != 503 {
+				t.Fatalf("round %d: a request racing the delete got %d", round, s)
+			}
+		}
+	}
+	c.must(200, "GET", "/healthz", "")
 }

@@ -101,7 +101,7 @@ func (n *Node) onShardWithin(ctx context.Context, t target, shard int, read bool
 			return notFound("ShardNotOnThisNode", "shard %d of %q is not on node %s; it is held by %v",
 				t.shard, t.rec.DatabaseName, n.cfg.Node.Tag, t.rec.Sharding.Shards[t.shard].Members)
 		}
-		return fn(ctx, l)
+		return closedAsUnavailable(fn(ctx, l))
 	}
 	topo, ok := t.rec.Sharding.Shards[shard]
 	if !ok {
@@ -133,7 +133,7 @@ func (n *Node) attempt(ctx context.Context, db string, shard int, tag string, re
 		if err != nil {
 			return err
 		}
-		return fn(ctx, l)
+		return closedAsUnavailable(fn(ctx, l))
 	}
 	timeout := writeAttemptTimeout + extra
 	if read {
@@ -145,4 +145,15 @@ func (n *Node) attempt(ctx context.Context, db string, shard int, tag string, re
 		defer cancel()
 	}
 	return fn(ctx, &remoteReplica{n: n, tag: tag, db: db, shard: shard})
+}
+
+// closedAsUnavailable turns a local replica's ErrClosed (it closed while
+// the request used it: its database deleted, its shard gone from this node)
+// into the retryable error of a replica that is not open, so the request
+// goes on to another member. A write refused this way was not applied.
+func closedAsUnavailable(err error) error {
+	if errors.Is(err, storage.ErrClosed) {
+		return toAPIError(err)
+	}
+	return err
 }

@@ -58,6 +58,10 @@ func conflictKey(bucket uint32, id string, etag uint64) []byte {
 // Conflicts returns up to limit recorded conflict losers, in bucket and id
 // order.
 func (s *Store) Conflicts(limit int) ([]Conflict, error) {
+	if !s.reads.enter() {
+		return nil, ErrClosed
+	}
+	defer s.reads.leave()
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixConflict}, UpperBound: []byte{prefixConflict + 1}})
 	if err != nil {
 		return nil, fmt.Errorf("conflicts: %w", err)
@@ -77,6 +81,10 @@ func (s *Store) Conflicts(limit int) ([]Conflict, error) {
 // ReplicationProgress is the last etag of source's feed (a replica's
 // database id) that this replica applied.
 func (s *Store) ReplicationProgress(source string) uint64 {
+	if !s.reads.enter() {
+		return 0
+	}
+	defer s.reads.leave()
 	v, closer, err := s.db.Get(progressKey(source))
 	if errors.Is(err, pebble.ErrNotFound) || err != nil || len(v) != 8 {
 		if closer != nil {

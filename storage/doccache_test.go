@@ -2,6 +2,7 @@ package storage
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -201,5 +202,55 @@ func TestDocCacheGivesAColdStoresMemoryToTheOneBeingRead(t *testing.T) {
 		if total, parts := cache.size.Load(), stores[0].docs.size.Load()+stores[1].docs.size.Load(); total > cache.max || total != parts {
 			t.Fatalf("cache holds %d bytes (parts %d), budget %d", total, parts, cache.max)
 		}
+	}
+}
+
+// TestDocCacheAccountsUnderConcurrentReadsAndACloses: replicas read in
+// parallel through a cache too small for them (so puts evict from each
+// other's parts) while one of them closes; afterwards the cache's size is
+// exactly what the open parts hold, and within budget.
+func TestDocCacheAccountsUnderConcurrentReadsAndACloses(t *testing.T) {
+	const docs = 200
+	body := `{"f":"` + strings.Repeat("y", 500) + `"}`
+	cache := NewDocCache(docs * 700)
+	stores := make([]*Store, 3)
+	for i := range stores {
+		s, err := Open(Options{Dir: t.TempDir(), NodeTag: "A", DocCache: cache})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		stores[i] = s
+		ops := make([]Op, docs)
+		for k := range ops {
+			ops[k] = put(fmt.Sprintf("d%d", k), body)
+		}
+		if _, err := s.Write(context.Background(), ops); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	for i, s := range stores {
+		for r := 0; r < 2; r++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for k := 0; k < 3000; k++ {
+					if i == 0 && r == 0 && k == 1500 {
+						_ = s.Close()
+					}
+					_, err := s.Get(fmt.Sprintf("d%d", (k*7+r)%docs))
+					if err != nil && !(i == 0 && errors.Is(err, ErrClosed)) {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	held := stores[1].docs.size.Load() + stores[2].docs.size.Load()
+	if n := cache.size.Load(); n != held || n > cache.max {
+		t.Fatalf("cache holds %d bytes, the open parts %d, budget %d", n, held, cache.max)
 	}
 }

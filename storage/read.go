@@ -26,6 +26,10 @@ func (s *Store) Get(id string) (*Document, error) {
 
 // GetItem returns the document or tombstone with id, or ErrNotFound.
 func (s *Store) GetItem(id string) (*Document, error) {
+	if !s.reads.enter() {
+		return nil, ErrClosed
+	}
+	defer s.reads.leave()
 	b := bucket.ForID(id)
 	key := itemKey(b, id)
 	var gen uint64
@@ -52,6 +56,10 @@ func (s *Store) GetItem(id string) (*Document, error) {
 // lost in a crash would let its etag be reused for another write, which a
 // consumer that recorded the first would skip.
 func (s *Store) Changes(after uint64, limit int) ([]*Document, error) {
+	if !s.reads.enter() {
+		return nil, ErrClosed
+	}
+	defer s.reads.leave()
 	durable := s.LastEtag()
 	if after >= durable {
 		return nil, nil
@@ -82,6 +90,10 @@ func (s *Store) Changes(after uint64, limit int) ([]*Document, error) {
 // BucketStats returns the statistics of one bucket (zero if it never held
 // anything).
 func (s *Store) BucketStats(b uint32) (BucketStats, error) {
+	if !s.reads.enter() {
+		return BucketStats{}, ErrClosed
+	}
+	defer s.reads.leave()
 	v, closer, err := s.db.Get(bucketStatKey(b))
 	if errors.Is(err, pebble.ErrNotFound) {
 		return BucketStats{Bucket: b}, nil
@@ -96,6 +108,10 @@ func (s *Store) BucketStats(b uint32) (BucketStats, error) {
 // RangeStats calls fn for every bucket in [from, to] that has statistics,
 // in bucket order.
 func (s *Store) RangeStats(from, to uint32, fn func(BucketStats) error) error {
+	if !s.reads.enter() {
+		return ErrClosed
+	}
+	defer s.reads.leave()
 	upper := []byte{prefixBktStat + 1}
 	if to < bucket.MaxID {
 		upper = bucketStatKey(to + 1)
@@ -168,6 +184,10 @@ func (s *Store) ScanChecked(check func() error, fn func(*Document) bool) error {
 // items' iterator, so from the same state), until fn returns false. check,
 // if set, runs once the state is taken.
 func (s *Store) walk(lower, upper []byte, bodies bool, check func() error, fn func(*Document) bool) error {
+	if !s.reads.enter() {
+		return ErrClosed
+	}
+	defer s.reads.leave()
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
 		return err

@@ -70,6 +70,9 @@ type Store struct {
 
 	docs *docShard // this store's part of the node's document cache; nil: none
 
+	// reads is what Close waits on before it closes Pebble.
+	reads *readGate
+
 	// statsCache holds recently written buckets' committed statistics, so
 	// a write need not read them back from Pebble: a memtable seek costs
 	// ~10 µs on these machines, as much as the rest of a write's storage
@@ -115,7 +118,7 @@ func Open(opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", opts.Dir, err)
 	}
-	s := &Store{db: db, tag: opts.NodeTag, logger: logger, reqs: make(chan *writeReq, 1024), done: make(chan struct{}), changed: make(chan struct{}), docs: opts.DocCache.open(), statsCache: map[uint32]*bucketState{}, statsCacheMax: statsCacheMax, used: newBucketSet()}
+	s := &Store{db: db, tag: opts.NodeTag, logger: logger, reqs: make(chan *writeReq, 1024), done: make(chan struct{}), changed: make(chan struct{}), docs: opts.DocCache.open(), statsCache: map[uint32]*bucketState{}, statsCacheMax: statsCacheMax, used: newBucketSet(), reads: newReadGate()}
 	if err := s.load(); err != nil {
 		if s.docs != nil {
 			s.docs.close()
@@ -345,6 +348,7 @@ func (s *Store) Close() error {
 	s.mu.Unlock()
 	s.cancel()
 	<-s.done
+	s.reads.close() // reads in flight finish; later ones get ErrClosed
 	if s.docs != nil {
 		s.docs.close()
 	}
@@ -411,9 +415,10 @@ func (s *Store) Stats() Stats {
 
 // engineStats reads Pebble's metrics (nothing once the store is closed).
 func (s *Store) engineStats() EngineStats {
-	if s.closed {
+	if !s.reads.enter() {
 		return EngineStats{}
 	}
+	defer s.reads.leave()
 	m := s.db.Metrics()
 	return EngineStats{
 		DiskBytes:           m.DiskSpaceUsage(),
