@@ -67,6 +67,12 @@ type Node struct {
 	closed      bool
 }
 
+// httpIdleTimeout closes a keep-alive connection that has carried no
+// request for this long: a client that vanished without closing (a crash,
+// a dropped network) would otherwise hold a socket and a goroutine for
+// ever. A long answer (an event stream) is not idle.
+const httpIdleTimeout = 2 * time.Minute
+
 // Start starts a node from cfg and returns once it serves HTTP. The node
 // runs until Close.
 func Start(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Node, err error) {
@@ -126,7 +132,7 @@ func Start(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Nod
 	go n.leaderLoop(runCtx)
 	go n.runHeartbeats(runCtx)
 	go n.registerLoop(runCtx)
-	n.httpSrv = &http.Server{Handler: n.routes(), ReadHeaderTimeout: 10 * time.Second}
+	n.httpSrv = &http.Server{Handler: n.routes(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: httpIdleTimeout}
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
