@@ -116,13 +116,18 @@ func (a *Agent) reconcile(ctx context.Context, rec *raftfsm.DatabaseRecord) bool
 	want := map[taskKey]*raftfsm.BucketMigration{}
 	waitStore := false
 	me := a.c.NodeTag()
-	a.mu.Lock()
+	// Tasks update both maps under a.mu as they end: read them under it.
 	sending := func(m *raftfsm.BucketMigration) bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
 		_, running := a.tasks[taskKey{"send", m.Bucket, m.MigrationIndex}]
 		return running
 	}
-	sentFinal := func(m *raftfsm.BucketMigration) bool { return a.finished[taskKey{"send", m.Bucket, m.MigrationIndex}] }
-	a.mu.Unlock()
+	sentFinal := func(m *raftfsm.BucketMigration) bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return a.finished[taskKey{"send", m.Bucket, m.MigrationIndex}]
+	}
 	for _, m := range rec.Sharding.BucketMigrations {
 		switch {
 		case m.SourceShard == a.shard && m.IsActive():
