@@ -159,20 +159,16 @@ func TestDocCacheRefusesAReadThatRacedACommit(t *testing.T) {
 	}
 }
 
-// TestDocCacheGivesAColdStoresMemoryToTheOneBeingRead: the replicas share
-// one budget, and the part of a replica no longer read is the one evicted
-// when another one's reads need the room.
-func TestDocCacheGivesAColdStoresMemoryToTheOneBeingRead(t *testing.T) {
-	const docs = 100
-	body := `{"f":"` + strings.Repeat("x", 1000) + `"}`
-	cache := NewDocCache(docs * 1300) // about 100 such documents
-	var stores [2]*Store
+// cachedStores opens n stores sharing cache, each holding documents d0 to
+// d<docs-1> with body; they close at the test's end.
+func cachedStores(t *testing.T, cache *DocCache, n, docs int, body string) []*Store {
+	stores := make([]*Store, n)
 	for i := range stores {
 		s, err := Open(Options{Dir: t.TempDir(), NodeTag: "A", DocCache: cache})
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer s.Close()
+		t.Cleanup(func() { s.Close() })
 		stores[i] = s
 		ops := make([]Op, docs)
 		for k := range ops {
@@ -182,6 +178,17 @@ func TestDocCacheGivesAColdStoresMemoryToTheOneBeingRead(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	return stores
+}
+
+// TestDocCacheGivesAColdStoresMemoryToTheOneBeingRead: the replicas share
+// one budget, and the part of a replica no longer read is the one evicted
+// when another one's reads need the room.
+func TestDocCacheGivesAColdStoresMemoryToTheOneBeingRead(t *testing.T) {
+	const docs = 100
+	body := `{"f":"` + strings.Repeat("x", 1000) + `"}`
+	cache := NewDocCache(docs * 1300) // about 100 such documents
+	stores := cachedStores(t, cache, 2, docs, body)
 	read := func(s *Store) {
 		for k := 0; k < docs; k++ {
 			if _, err := s.Get(fmt.Sprintf("d%d", k)); err != nil {
@@ -213,22 +220,7 @@ func TestDocCacheAccountsUnderConcurrentReadsAndACloses(t *testing.T) {
 	const docs = 200
 	body := `{"f":"` + strings.Repeat("y", 500) + `"}`
 	cache := NewDocCache(docs * 700)
-	stores := make([]*Store, 3)
-	for i := range stores {
-		s, err := Open(Options{Dir: t.TempDir(), NodeTag: "A", DocCache: cache})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
-		stores[i] = s
-		ops := make([]Op, docs)
-		for k := range ops {
-			ops[k] = put(fmt.Sprintf("d%d", k), body)
-		}
-		if _, err := s.Write(context.Background(), ops); err != nil {
-			t.Fatal(err)
-		}
-	}
+	stores := cachedStores(t, cache, 3, docs, body)
 	var wg sync.WaitGroup
 	for i, s := range stores {
 		for r := 0; r < 2; r++ {
