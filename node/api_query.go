@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/shardnode/shardnode/rql"
 	"github.com/shardnode/shardnode/storage"
@@ -130,13 +131,21 @@ func (n *Node) queryShards(ctx context.Context, t target, req queryRequest) ([][
 	return perShard, nil
 }
 
+// queryScanAllowance is what a query's attempt on a remote replica gets on
+// top of a point read's 3 s: a query scans every document of the shard
+// (there are no indexes yet), which on a replica of millions of documents
+// takes seconds, and the point-read deadline failed such a query on every
+// member in turn. A member known to be down is tried last, so the longer
+// wait is spent only on one that hangs.
+const queryScanAllowance = 27 * time.Second
+
 // queryShard asks one replica of shard for matches, then decodes them for
 // ordering. Through the database (not "{db}${n}"), a shard answers only
 // for the buckets it owns, so a document that exists on two shards while
 // its bucket moves is counted once.
 func (n *Node) queryShard(ctx context.Context, t target, shard int, req queryRequest) ([]queryHit, error) {
 	var docs []*storage.Document
-	err := n.onShard(ctx, t, shard, true, func(ctx context.Context, rep shardReplica) error {
+	err := n.onShardWithin(ctx, t, shard, true, queryScanAllowance, func(ctx context.Context, rep shardReplica) error {
 		var err error
 		args := queryArgs{Query: req.Query, Params: req.QueryParameters}
 		if t.shard < 0 {
