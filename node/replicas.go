@@ -102,23 +102,38 @@ func (rs *replicaSet) getWithReplicator(db string, shard int) (*storage.Store, *
 	return s, rs.reps[k], ok
 }
 
-// closeReplica stops a replica's replication and closes its store; rs.mu
-// is held.
-func (rs *replicaSet) closeReplica(k replicaKey) error {
-	if a, ok := rs.agents[k]; ok {
-		_ = a.Close()
-		delete(rs.agents, k)
+// detached is a replica taken out of the set, closed once rs.mu is
+// released: closing a store waits for the reads in flight on it, and a
+// read can need rs.mu (checkView), so closing under the lock deadlocks.
+type detached struct {
+	agent io.Closer
+	rep   *replication.Replicator
+	store *storage.Store
+}
+
+// detach takes replica k out of the set; rs.mu is held. New requests for
+// it find no open replica from here on.
+func (rs *replicaSet) detach(k replicaKey) detached {
+	d := detached{agent: rs.agents[k], rep: rs.reps[k], store: rs.stores[k]}
+	delete(rs.agents, k)
+	delete(rs.reps, k)
+	delete(rs.stores, k)
+	return d
+}
+
+// close stops the replica's resharding agent and replication, then closes
+// its store; rs.mu must not be held.
+func (d detached) close() error {
+	if d.agent != nil {
+		_ = d.agent.Close()
 	}
-	if r, ok := rs.reps[k]; ok {
-		r.Close()
-		delete(rs.reps, k)
+	if d.rep != nil {
+		d.rep.Close()
 	}
-	s, ok := rs.stores[k]
-	if !ok {
+	if d.store == nil {
 		return nil
 	}
-	delete(rs.stores, k)
-	return s.Close()
+	return d.store.Close()
 }
 
 // peersOf lists the other members of a shard.
@@ -153,11 +168,15 @@ func (rs *replicaSet) reconcile(index uint64, records []*raftfsm.DatabaseRecord)
 	}
 	var errs []error
 	rs.mu.Lock()
+	gone := map[replicaKey]detached{}
 	for k := range rs.stores {
-		if _, ok := want[k]; ok {
-			continue
+		if _, ok := want[k]; !ok {
+			gone[k] = rs.detach(k)
 		}
-		if err := rs.closeReplica(k); err != nil {
+	}
+	rs.mu.Unlock()
+	for k, d := range gone {
+		if err := d.close(); err != nil {
 			errs = append(errs, fmt.Errorf("close %s$%d: %w", k.db, k.shard, err))
 		}
 		if err := os.RemoveAll(rs.shardDir(k.db, k.shard)); err != nil {
@@ -165,7 +184,6 @@ func (rs *replicaSet) reconcile(index uint64, records []*raftfsm.DatabaseRecord)
 		}
 		rs.logger.Info("dropped shard replica", "db", k.db, "shard", k.shard)
 	}
-	rs.mu.Unlock()
 	// Remove what no record asks for (databases deleted while we were down).
 	// A directory created at a raft index beyond the one being reconciled
 	// belongs to the future of a log still replaying: keep it.
@@ -181,13 +199,17 @@ func (rs *replicaSet) reconcile(index uint64, records []*raftfsm.DatabaseRecord)
 		}
 		r, ok := byDB[e.Name()]
 		if !ok || r.CreatedIndex != created {
+			var stale []detached
 			rs.mu.Lock()
 			for k := range rs.stores {
 				if k.db == e.Name() {
-					_ = rs.closeReplica(k)
+					stale = append(stale, rs.detach(k))
 				}
 			}
 			rs.mu.Unlock()
+			for _, d := range stale {
+				_ = d.close()
+			}
 			if err := os.RemoveAll(filepath.Join(rs.dir, e.Name())); err != nil {
 				errs = append(errs, err)
 			}
@@ -286,10 +308,14 @@ func (rs *replicaSet) waitFor(ctx context.Context, index uint64) error {
 
 func (rs *replicaSet) closeAll() error {
 	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	var errs []error
+	all := map[replicaKey]detached{}
 	for k := range rs.stores {
-		if err := rs.closeReplica(k); err != nil {
+		all[k] = rs.detach(k)
+	}
+	rs.mu.Unlock()
+	var errs []error
+	for k, d := range all {
+		if err := d.close(); err != nil {
 			errs = append(errs, fmt.Errorf("close %s$%d: %w", k.db, k.shard, err))
 		}
 	}
