@@ -194,59 +194,26 @@ func isStaleRecord(err error) bool {
 }
 
 func (n *Node) fetchDocsOnce(ctx context.Context, t target, ids []string) ([]*storage.Document, []int, error) {
-	if len(ids) == 1 {
-		// A point GET: one shard, no grouping and no goroutine (whose
-		// stack would grow anew through Pebble's read path every time).
-		_, shard := shardFor(t, ids[0])
-		var docs []*storage.Document
-		err := n.onShard(ctx, t, shard, true, func(ctx context.Context, rep shardReplica) error {
-			got, err := rep.get(ctx, ids, t.rec.Etag)
-			if err == nil && len(got) != 1 {
-				err = fmt.Errorf("shard %d answered %d documents for 1 id", shard, len(got))
-			}
-			docs = got
-			return err
-		})
+	shards := make([]int, len(ids))
+	oneShard := true
+	for i, id := range ids {
+		_, shards[i] = shardFor(t, id)
+		oneShard = oneShard && shards[i] == shards[0]
+	}
+	if oneShard {
+		// Every point GET: no grouping and no goroutine, whose stack
+		// would grow anew through Pebble's read path every time.
+		docs, err := n.readShard(ctx, t, shards[0], ids)
 		if err != nil {
 			return nil, nil, err
 		}
-		return docs, []int{shard}, nil
-	}
-	docs := make([]*storage.Document, len(ids))
-	shards := make([]int, len(ids))
-	byShard := map[int][]int{}
-	for i, id := range ids {
-		_, shards[i] = shardFor(t, id)
-		byShard[shards[i]] = append(byShard[shards[i]], i)
-	}
-	read := func(shard int, idx []int) error {
-		want := make([]string, len(idx))
-		for k, i := range idx {
-			want[k] = ids[i]
-		}
-		return n.onShard(ctx, t, shard, true, func(ctx context.Context, rep shardReplica) error {
-			got, err := rep.get(ctx, want, t.rec.Etag)
-			if err != nil {
-				return err
-			}
-			if len(got) != len(want) {
-				return fmt.Errorf("shard %d answered %d documents for %d ids", shard, len(got), len(want))
-			}
-			for k, i := range idx {
-				docs[i] = got[k]
-			}
-			return nil
-		})
-	}
-	if len(byShard) == 1 {
-		// One shard: no goroutine.
-		for shard, idx := range byShard {
-			if err := read(shard, idx); err != nil {
-				return nil, nil, err
-			}
-		}
 		return docs, shards, nil
 	}
+	byShard := map[int][]int{}
+	for i, shard := range shards {
+		byShard[shard] = append(byShard[shard], i)
+	}
+	docs := make([]*storage.Document, len(ids))
 	var mu sync.Mutex
 	var errs []error
 	var wg sync.WaitGroup
@@ -254,10 +221,19 @@ func (n *Node) fetchDocsOnce(ctx context.Context, t target, ids []string) ([]*st
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := read(shard, idx); err != nil {
+			want := make([]string, len(idx))
+			for k, i := range idx {
+				want[k] = ids[i]
+			}
+			got, err := n.readShard(ctx, t, shard, want)
+			if err != nil {
 				mu.Lock()
 				errs = append(errs, err)
 				mu.Unlock()
+				return
+			}
+			for k, i := range idx {
+				docs[i] = got[k]
 			}
 		}()
 	}
@@ -266,6 +242,21 @@ func (n *Node) fetchDocsOnce(ctx context.Context, t target, ids []string) ([]*st
 		return nil, nil, errs[0]
 	}
 	return docs, shards, nil
+}
+
+// readShard reads ids, all of them in shard, from one of its replicas: the
+// documents in the order of ids, nil for a missing one.
+func (n *Node) readShard(ctx context.Context, t target, shard int, ids []string) ([]*storage.Document, error) {
+	var docs []*storage.Document
+	err := n.onShard(ctx, t, shard, true, func(ctx context.Context, rep shardReplica) error {
+		got, err := rep.get(ctx, ids, t.rec.Etag)
+		if err == nil && len(got) != len(ids) {
+			err = fmt.Errorf("shard %d answered %d documents for %d ids", shard, len(got), len(ids))
+		}
+		docs = got
+		return err
+	})
+	return docs, err
 }
 
 // renderedSize is at least what renderDoc appends for d, unless its
