@@ -547,7 +547,7 @@ func (a *Agent) migrateLeftovers(ctx context.Context, rec *raftfsm.DatabaseRecor
 	var found *storage.BucketStats
 	errStop := errors.New("stop")
 	pick := func(st storage.BucketStats) error {
-		if st.DocumentsCount+st.TombstonesCount == 0 || rec.ShardOf(st.Bucket) == a.shard {
+		if st.DocumentsCount+st.TombstonesCount == 0 {
 			return nil
 		}
 		if _, migrating := rec.Sharding.BucketMigrations[st.Bucket]; migrating {

@@ -129,8 +129,11 @@ func (p *docShard) release(freed int64) {
 	}
 }
 
-// close forgets the part of a closed store.
+// close forgets the part of a closed store (nil: no cache).
 func (p *docShard) close() {
+	if p == nil {
+		return
+	}
 	p.c.mu.Lock()
 	delete(p.c.parts, p)
 	p.c.mu.Unlock()

@@ -120,9 +120,7 @@ func Open(opts Options) (*Store, error) {
 	}
 	s := &Store{db: db, tag: opts.NodeTag, logger: logger, reqs: make(chan *writeReq, 1024), done: make(chan struct{}), changed: make(chan struct{}), docs: opts.DocCache.open(), statsCache: map[uint32]*bucketState{}, statsCacheMax: statsCacheMax, used: newBucketSet(), reads: newReadGate()}
 	if err := s.load(); err != nil {
-		if s.docs != nil {
-			s.docs.close()
-		}
+		s.docs.close()
 		_ = db.Close()
 		return nil, fmt.Errorf("open store %s: %w", opts.Dir, err)
 	}
@@ -349,9 +347,7 @@ func (s *Store) Close() error {
 	s.cancel()
 	<-s.done
 	s.reads.close() // reads in flight finish; later ones get ErrClosed
-	if s.docs != nil {
-		s.docs.close()
-	}
+	s.docs.close()
 	return s.db.Close()
 }
 
