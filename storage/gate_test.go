@@ -113,3 +113,86 @@ func TestReadsRacingCloseNeverPanic(t *testing.T) {
 		wg.Wait()
 	}
 }
+
+// TestWritesRacingCloseAreAppliedExactlyWhenAcknowledged: writes racing
+// Close either succeed and are there after reopening, or get ErrClosed and
+// are not: the node sends a write refused with ErrClosed to another
+// replica, so one that was applied must never be reported so.
+func TestWritesRacingCloseAreAppliedExactlyWhenAcknowledged(t *testing.T) {
+	for round := 0; round < 5; round++ {
+		dir := t.TempDir()
+		s, err := Open(Options{Dir: dir, NodeTag: "A"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		const writers = 16
+		var mu sync.Mutex
+		outcome := map[string]bool{} // id -> acknowledged
+		var wg sync.WaitGroup
+		started := make(chan struct{}, writers)
+		for w := 0; w < writers; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; ; i++ {
+					id := fmt.Sprintf("w%d/%d", w, i)
+					_, err := s.Write(context.Background(), []Op{put(id, `{}`)})
+					if err != nil && !errors.Is(err, ErrClosed) {
+						t.Error(err)
+						return
+					}
+					mu.Lock()
+					outcome[id] = err == nil
+					mu.Unlock()
+					if i == 0 {
+						started <- struct{}{}
+					}
+					if err != nil {
+						return
+					}
+				}
+			}()
+		}
+		for w := 0; w < writers; w++ {
+			<-started
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+		s, err = Open(Options{Dir: dir, NodeTag: "A"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for id, acked := range outcome {
+			_, err := s.Get(id)
+			if acked && err != nil {
+				t.Fatalf("round %d: acknowledged %s is missing: %v", round, id, err)
+			}
+			if !acked && !errors.Is(err, ErrNotFound) {
+				t.Fatalf("round %d: %s was refused with ErrClosed but is there (%v)", round, id, err)
+			}
+		}
+		s.Close()
+	}
+}
+
+// TestAnAnsweredWriteIsNeverReportedClosed: when the committer has
+// answered a write and stopped, the writer gets the answer, never
+// ErrClosed, whichever of the two it notices first.
+func TestAnAnsweredWriteIsNeverReportedClosed(t *testing.T) {
+	done := make(chan struct{})
+	close(done)
+	s := &Store{done: done}
+	for i := 0; i < 1000; i++ {
+		req := &writeReq{resp: make(chan writeResp, 1)}
+		req.resp <- writeResp{results: []Result{{ID: "a"}}}
+		res, err := s.answer(req)
+		if err != nil || len(res) != 1 {
+			t.Fatalf("try %d: an answered write got %v, %v", i, res, err)
+		}
+	}
+	if _, err := s.answer(&writeReq{resp: make(chan writeResp, 1)}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("an unanswered write of a stopped store: %v", err)
+	}
+}

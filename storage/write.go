@@ -150,13 +150,26 @@ func (s *Store) Write(ctx context.Context, ops []Op) ([]Result, error) {
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	// Once queued the write may commit, so wait for the answer even if ctx
-	// ends: reporting failure for a committed write would be a lie.
+	return s.answer(req)
+}
+
+// answer waits for a queued request's answer. Once queued the write may
+// commit, so it waits even if the caller's context ends: reporting failure
+// for a committed write would be a lie.
+func (s *Store) answer(req *writeReq) ([]Result, error) {
 	select {
 	case r := <-req.resp:
 		return r.results, r.err
 	case <-s.done:
-		return nil, ErrClosed
+		// The committer answers a round before it stops, so an answer is
+		// here already if this write was in one: ErrClosed means it was
+		// not applied, and the node may send it to another replica.
+		select {
+		case r := <-req.resp:
+			return r.results, r.err
+		default:
+			return nil, ErrClosed
+		}
 	}
 }
 
