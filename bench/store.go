@@ -60,6 +60,9 @@ type settler interface {
 // maxSettle bounds the wait for a loaded dataset to settle.
 const maxSettle = 60 * time.Second
 
+// errCompacting is a settler's answer while compactions run or are owed.
+var errCompacting = errors.New("compactions still running or owed")
+
 // settle waits until ds, if it is a settler, is idle, at most maxSettle; it
 // returns how long it waited and whether ds settled.
 func settle(ctx context.Context, ds dataset) (time.Duration, bool, error) {
@@ -68,17 +71,15 @@ func settle(ctx context.Context, ds dataset) (time.Duration, bool, error) {
 		return 0, true, nil
 	}
 	start := time.Now()
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
+	err := waitUntil(ctx, maxSettle, func() error {
 		done, err := s.settled(ctx)
-		if err != nil || done || time.Since(start) >= maxSettle {
-			return time.Since(start), done, err
+		if err == nil && !done {
+			err = errCompacting
 		}
-		select {
-		case <-ctx.Done():
-			return time.Since(start), false, ctx.Err()
-		case <-tick.C:
-		}
+		return err
+	})
+	if errors.Is(err, errCompacting) {
+		return time.Since(start), false, nil
 	}
+	return time.Since(start), err == nil, err
 }
