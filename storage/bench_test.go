@@ -242,29 +242,34 @@ func BenchmarkPointReads(b *testing.B) {
 	const docs = 100_000
 	body := []byte(`{"f":"` + strings.Repeat("x", 1000) + `"}`)
 	id := func(i int) string { return fmt.Sprintf("doc/%d", i) }
-	b.Run("store", func(b *testing.B) {
-		s := benchStores(b, 1)[0]
-		for i := 0; i < docs; i += 1000 {
-			ops := make([]Op, 0, 1000)
-			for j := i; j < i+1000; j++ {
-				ops = append(ops, Op{Kind: OpPut, ID: id(j), Collection: "Users", Body: body})
+	store := func(body []byte) func(b *testing.B) {
+		return func(b *testing.B) {
+			s := benchStores(b, 1)[0]
+			for i := 0; i < docs; i += 1000 {
+				ops := make([]Op, 0, 1000)
+				for j := i; j < i+1000; j++ {
+					ops = append(ops, Op{Kind: OpPut, ID: id(j), Collection: "Users", Body: body})
+				}
+				if _, err := s.Write(context.Background(), ops); err != nil {
+					b.Fatal(err)
+				}
 			}
-			if _, err := s.Write(context.Background(), ops); err != nil {
+			if err := s.db.Flush(); err != nil {
 				b.Fatal(err)
 			}
-		}
-		if err := s.db.Flush(); err != nil {
-			b.Fatal(err)
-		}
-		r := rand.New(rand.NewPCG(1, 2))
-		b.ReportAllocs()
-		b.ResetTimer()
-		for i := 0; i < b.N; i++ {
-			if _, err := s.Get(id(r.IntN(docs))); err != nil {
-				b.Fatal(err)
+			r := rand.New(rand.NewPCG(1, 2))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := s.Get(id(r.IntN(docs))); err != nil {
+					b.Fatal(err)
+				}
 			}
 		}
-	})
+	}
+	b.Run("store", store(body))
+	// Documents small enough to stay inline in their item.
+	b.Run("store-small", store([]byte(`{"f":"`+strings.Repeat("x", 100)+`"}`)))
 	b.Run("pebble", func(b *testing.B) {
 		cache := pebble.NewCache(256 << 20)
 		b.Cleanup(cache.Unref)

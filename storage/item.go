@@ -47,8 +47,9 @@ type Document struct {
 	Origin string
 
 	// bodyElsewhere marks an item read without its body, which is kept
-	// under the item's body key and is bodyLen bytes long: a writer that
-	// only needs an item's metadata never reads its body.
+	// (with a copy of the metadata) under the item's doc key and is bodyLen
+	// bytes long: a writer that only needs an item's metadata never reads
+	// its body.
 	bodyElsewhere bool
 	bodyLen       int
 }
@@ -65,48 +66,61 @@ func (d *Document) artificial() bool { return d.Flags&FlagArtificial != 0 }
 const (
 	// itemFormat holds the metadata and the body in one value.
 	itemFormat = 1
-	// itemFormatSplit holds the metadata and the body's length; the body
-	// is under the item's body key (see bodyKey).
+	// itemFormatSplit holds the metadata and the body's length; the whole
+	// item, in itemFormat, is under the item's doc key (see docKey).
 	itemFormatSplit = 2
 )
 
-// bodyKeyMin is the smallest body kept under its own key. Pebble separates
+// bodyKeyMin is the smallest body kept under the doc key. Pebble separates
 // values this large into blob files (see PebbleOptions), where reading one
-// costs a second file read: keeping the metadata apart lets writes,
-// replication duplicates and purges, which need only the change vector,
-// read a small value that stays in the sstables.
+// costs a second file read. A large item is therefore kept twice: its
+// metadata under the item key, in the sstables, for writes, replication
+// duplicates and purges, which need only the change vector; and whole
+// under the doc key, so that a read of the document (a GET that misses the
+// cache, the changes feed) is one lookup, as for a plain key-value store.
 const bodyKeyMin = 256
 
 var errCorruptItem = errors.New("corrupt item record")
 
-// splitBody reports whether the item is stored with its body under its
-// body key.
+// splitBody reports whether the item is stored whole under its doc key,
+// with only its metadata under the item key.
 func (d *Document) splitBody() bool { return !d.Deleted() && len(d.Body) >= bodyKeyMin }
 
 // encode lays the item out as: format, flags, etag, last-modified (unix ns),
 // id, collection, change vector (each length-prefixed), then the body, or,
-// for a body kept under its body key, the body's length.
+// for an item kept whole under its doc key, the body's length.
 func (d *Document) encode() []byte {
 	return d.appendEncoded(make([]byte, 0, d.encodedLen()))
 }
 
-// encodedLen is the length of the item's encoding.
-func (d *Document) encodedLen() int {
+// encodedLen is the length of the item's encoding under its item key.
+func (d *Document) encodedLen() int { return d.lenAs(d.splitBody()) }
+
+// docValueLen is the length of a split item's value under its doc key: the
+// whole item, body inline.
+func (d *Document) docValueLen() int { return d.lenAs(false) }
+
+func (d *Document) lenAs(split bool) int {
 	var tmp [binary.MaxVarintLen64]byte
 	n := 2 + binary.PutUvarint(tmp[:], d.Etag) + binary.PutVarint(tmp[:], d.LastModified.UnixNano())
 	for _, s := range [...]string{d.ID, d.Collection, d.ChangeVector} {
 		n += binary.PutUvarint(tmp[:], uint64(len(s))) + len(s)
 	}
-	if d.splitBody() {
+	if split {
 		return n + binary.PutUvarint(tmp[:], uint64(len(d.Body)))
 	}
 	return n + len(d.Body)
 }
 
-// appendEncoded appends the item's encoding to b.
-func (d *Document) appendEncoded(b []byte) []byte {
+// appendEncoded appends the item's encoding under its item key to b.
+func (d *Document) appendEncoded(b []byte) []byte { return d.appendAs(b, d.splitBody()) }
+
+// appendDocValue appends a split item's value under its doc key to b.
+func (d *Document) appendDocValue(b []byte) []byte { return d.appendAs(b, false) }
+
+func (d *Document) appendAs(b []byte, split bool) []byte {
 	format := byte(itemFormat)
-	if d.splitBody() {
+	if split {
 		format = itemFormatSplit
 	}
 	b = append(b, format, byte(d.Flags))
@@ -115,41 +129,61 @@ func (d *Document) appendEncoded(b []byte) []byte {
 	b = appendString(b, d.ID)
 	b = appendString(b, d.Collection)
 	b = appendString(b, d.ChangeVector)
-	if format == itemFormatSplit {
+	if split {
 		return binary.AppendUvarint(b, uint64(len(d.Body)))
 	}
 	return append(b, d.Body...)
 }
 
-// bodyValueLen is the length of the value under a split item's body key:
-// the item's etag, then the body. The etag ties the body to the version
-// of the metadata read beside it.
-func (d *Document) bodyValueLen() int {
-	var tmp [binary.MaxVarintLen64]byte
-	return binary.PutUvarint(tmp[:], d.Etag) + len(d.Body)
-}
-
-func (d *Document) appendBodyValue(b []byte) []byte {
-	return append(binary.AppendUvarint(b, d.Etag), d.Body...)
-}
+// bodyValueLen is what a split item's body adds to the sizes kept in
+// bucket and replica statistics: the body and its etag. Sizes count an
+// item's key, metadata and body, not the copy of the metadata under its doc
+// key, so they read the same as before the doc key held one.
+func (d *Document) bodyValueLen() int { return uvarintLen(d.Etag) + len(d.Body) }
 
 // setBody fills in the body of an item read without it from the value v
-// under its body key. A value of another version (the item changed between
+// under its doc key. A value of another version (the item changed between
 // the two reads) is errStaleBody.
 func (d *Document) setBody(v []byte) error {
-	etag, n := binary.Uvarint(v)
-	if n <= 0 {
-		return fmt.Errorf("body of %q: %w", d.ID, errCorruptItem)
+	etag, body, err := docValueBody(v)
+	if err != nil {
+		return fmt.Errorf("body of %q: %w", d.ID, err)
 	}
 	if etag != d.Etag {
 		return errStaleBody
 	}
-	if len(v)-n != d.bodyLen {
-		return fmt.Errorf("body of %q: %d bytes, metadata says %d: %w", d.ID, len(v)-n, d.bodyLen, errCorruptItem)
+	if len(body) != d.bodyLen {
+		return fmt.Errorf("body of %q: %d bytes, metadata says %d: %w", d.ID, len(body), d.bodyLen, errCorruptItem)
 	}
-	d.Body = append([]byte(nil), v[n:]...)
+	d.Body = append([]byte(nil), body...)
 	d.bodyElsewhere = false
 	return nil
+}
+
+// docValueBody returns the etag and the body of the whole item v kept under
+// a doc key, skipping the rest of its metadata.
+func docValueBody(v []byte) (etag uint64, body []byte, err error) {
+	if len(v) < 2 || v[0] != itemFormat || Flags(v[1])&FlagDeleted != 0 {
+		return 0, nil, errCorruptItem
+	}
+	p := v[2:]
+	etag, n := binary.Uvarint(p)
+	if n <= 0 {
+		return 0, nil, fmt.Errorf("etag: %w", errCorruptItem)
+	}
+	p = p[n:]
+	if _, n = binary.Varint(p); n <= 0 {
+		return 0, nil, fmt.Errorf("last-modified: %w", errCorruptItem)
+	}
+	p = p[n:]
+	for range 3 { // id, collection, change vector
+		l, n := binary.Uvarint(p)
+		if n <= 0 || uint64(len(p)-n) < l {
+			return 0, nil, fmt.Errorf("string field: %w", errCorruptItem)
+		}
+		p = p[n+int(l):]
+	}
+	return etag, p, nil
 }
 
 // errStaleBody means a body belongs to another version of its item.

@@ -13,13 +13,18 @@ const (
 	prefixEtag     byte = 0x03 // etag/<etag BE64> → [0x01 <len> <origin>] <bucket BE32><lower id> (see feedRef)
 	prefixBktStat  byte = 0x04 // bucketstat/<bucket BE32> → encoded bucket stats
 	prefixConflict byte = 0x05 // conflict/<bucket BE32><lower id>\x00<etag BE64> → JSON Conflict
-	prefixBody     byte = 0x06 // body/<bucket BE32><lower id> → <etag uvarint><body> of a split item
+	prefixOldBody  byte = 0x06 // retired: body/<bucket BE32><lower id> → <etag uvarint><body>; see upgradeBodies
+	prefixDoc      byte = 0x07 // doc/<bucket BE32><lower id> → the whole item, body inline, of a split item
 )
 
-// bodyKey is the key of the body of the item under itemKey k.
-func bodyKey(k []byte) []byte {
+// docKey is the key under which the item under itemKey k is kept whole when
+// its body is large (see bodyKeyMin).
+func docKey(k []byte) []byte { return familyKey(prefixDoc, k) }
+
+// familyKey is item key k moved to another family.
+func familyKey(family byte, k []byte) []byte {
 	b := make([]byte, len(k))
-	b[0] = prefixBody
+	b[0] = family
 	copy(b[1:], k[1:])
 	return b
 }

@@ -180,8 +180,9 @@ func (s *Store) ScanChecked(check func() error, fn func(*Document) bool) error {
 }
 
 // walk calls fn for the items in [lower, upper) of one read state, in key
-// order, reading split bodies when bodies is set (from a clone of the
-// items' iterator, so from the same state), until fn returns false. check,
+// order, reading split bodies when bodies is set (from their doc keys,
+// through a clone of the items' iterator, so from the same state), until fn
+// returns false. check,
 // if set, runs once the state is taken.
 func (s *Store) walk(lower, upper []byte, bodies bool, check func() error, fn func(*Document) bool) error {
 	if !s.reads.enter() {
@@ -198,7 +199,7 @@ func (s *Store) walk(lower, upper []byte, bodies bool, check func() error, fn fu
 			return err
 		}
 	}
-	var bit *pebble.Iterator // bodies, cloned on the first split item
+	var bit *pebble.Iterator // doc keys, cloned on the first split item
 	defer func() {
 		if bit != nil {
 			closeQuietly(bit)
@@ -212,15 +213,15 @@ func (s *Store) walk(lower, upper []byte, bodies bool, check func() error, fn fu
 		}
 		if bodies && d.bodyElsewhere {
 			if bit == nil {
-				blo, bup := bodyKey(lower), bodyKey(upper)
+				blo, bup := docKey(lower), docKey(upper)
 				if len(upper) == 1 { // the end of the item family
-					bup = []byte{prefixBody + 1}
+					bup = []byte{prefixDoc + 1}
 				}
 				if bit, err = it.Clone(pebble.CloneOptions{IterOptions: &pebble.IterOptions{LowerBound: blo, UpperBound: bup}}); err != nil {
 					return err
 				}
 			}
-			bk := bodyKey(k)
+			bk := docKey(k)
 			if !bit.SeekGE(bk) || !bytes.Equal(bit.Key(), bk) {
 				return fmt.Errorf("item %q: body missing: %w", k[5:], errCorruptItem)
 			}

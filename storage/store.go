@@ -118,6 +118,10 @@ func Open(opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", opts.Dir, err)
 	}
+	if err := upgradeBodies(db, logger); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("open store %s: %w", opts.Dir, err)
+	}
 	s := &Store{db: db, tag: opts.NodeTag, logger: logger, reqs: make(chan *writeReq, 1024), done: make(chan struct{}), changed: make(chan struct{}), docs: opts.DocCache.open(), statsCache: map[uint32]*bucketState{}, statsCacheMax: statsCacheMax, used: newBucketSet(), reads: newReadGate()}
 	if err := s.load(); err != nil {
 		s.docs.close()
@@ -165,8 +169,8 @@ func PebbleOptions(cache *pebble.Cache, memTableSize uint64, logger *slog.Logger
 		// in place when it opens).
 		FormatMajorVersion: pebble.FormatValueSeparation,
 	}
-	// Value separation: a document body of 256 bytes or more (the value
-	// under its body key, see bodyKeyMin) is written once to a blob file,
+	// Value separation: a document with a body of 256 bytes or more (the
+	// value under its doc key, see bodyKeyMin) is written once to a blob file,
 	// and compactions move only its key and a handle.
 	// Documents land in random buckets, so every compaction of the item
 	// family would otherwise rewrite the bodies again at every level: at
@@ -213,14 +217,14 @@ func PebbleOptions(cache *pebble.Cache, memTableSize uint64, logger *slog.Logger
 }
 
 // separateBodiesOnly is the span policy that lets Pebble separate values
-// of the body family only.
+// of the doc family (and of the retired body family) only.
 func separateBodiesOnly(start []byte) (pebble.SpanPolicy, []byte, error) {
 	inPlace := pebble.SpanPolicy{ValueStoragePolicy: pebble.ValueStorageLowReadLatency}
 	switch {
-	case len(start) == 0 || start[0] < prefixBody:
-		return inPlace, []byte{prefixBody}, nil
-	case start[0] == prefixBody:
-		return pebble.SpanPolicy{}, []byte{prefixBody + 1}, nil
+	case len(start) == 0 || start[0] < prefixOldBody:
+		return inPlace, []byte{prefixOldBody}, nil
+	case start[0] <= prefixDoc:
+		return pebble.SpanPolicy{}, []byte{prefixDoc + 1}, nil
 	default:
 		return inPlace, nil, nil
 	}
@@ -442,34 +446,31 @@ func (s *Store) LastEtag() uint64 {
 }
 
 // get returns the committed item (document or tombstone) under key, with
-// its body. A split item's metadata and body are two reads; a body of
-// another version means a commit changed the item between them, and both
-// are read again.
+// its body. A split item is kept whole under its doc key, and one read of
+// it is enough: the doc key is read first, and the item key only when it
+// is absent (a small item, a tombstone, or no item). An item that became
+// split between the two reads is read again.
 func (s *Store) get(key []byte, bucket uint32) (*Document, error) {
-	var bkey []byte
+	dkey := docKey(key)
 	for attempt := 0; ; attempt++ {
+		v, closer, err := s.db.Get(dkey)
+		switch {
+		case err == nil:
+			d, err := decodeItem(bucket, v)
+			_ = closer.Close()
+			if err != nil {
+				return nil, fmt.Errorf("doc key of %q: %w", key[5:], err)
+			}
+			return d, nil
+		case !errors.Is(err, pebble.ErrNotFound):
+			return nil, err
+		}
 		d, err := s.getMeta(key, bucket)
 		if err != nil || !d.bodyElsewhere {
 			return d, err
 		}
-		if bkey == nil {
-			bkey = bodyKey(key)
-		}
-		v, closer, err := s.db.Get(bkey)
-		switch {
-		case errors.Is(err, pebble.ErrNotFound):
-			err = errStaleBody // deleted since: read the item again
-		case err != nil:
-			return nil, err
-		default:
-			err = d.setBody(v)
-			_ = closer.Close()
-		}
-		if err == nil {
-			return d, nil
-		}
-		if !errors.Is(err, errStaleBody) || attempt == 100 {
-			return nil, fmt.Errorf("body of %q: %w", d.ID, err)
+		if attempt == 100 {
+			return nil, fmt.Errorf("item %q: split, and its doc key missing: %w", key[5:], errCorruptItem)
 		}
 	}
 }

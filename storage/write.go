@@ -392,7 +392,7 @@ func (g *round) readBody(d *Document) error {
 	if !d.bodyElsewhere {
 		return nil
 	}
-	v, closer, err := g.s.db.Get(bodyKey(itemKey(d.Bucket, d.ID)))
+	v, closer, err := g.s.db.Get(docKey(itemKey(d.Bucket, d.ID)))
 	if err != nil {
 		return fmt.Errorf("body of %q: %w", d.ID, err)
 	}
@@ -784,7 +784,7 @@ func (r *round) commit() error {
 		items = append(items, p)
 		size += 3*len(p.key) + p.vlen + 48
 		if p.doc != nil && p.doc.splitBody() {
-			size += p.doc.bodyValueLen()
+			size += p.doc.docValueLen()
 		}
 	}
 	b := r.s.db.NewBatchWithSize(size)
@@ -807,20 +807,20 @@ func (r *round) commit() error {
 			return err
 		}
 	}
-	// Bodies kept apart: set for a split item, deleted when the version
-	// they belonged to is replaced by one without.
+	// Split items kept whole under their doc keys: set for a split item,
+	// deleted when the version they belonged to is replaced by one without.
 	for _, p := range items {
 		switch {
 		case p.doc != nil && p.doc.splitBody():
-			op := b.SetDeferred(len(p.key), p.doc.bodyValueLen())
-			op.Key[0] = prefixBody
+			op := b.SetDeferred(len(p.key), p.doc.docValueLen())
+			op.Key[0] = prefixDoc
 			copy(op.Key[1:], p.key[1:])
-			p.doc.appendBodyValue(op.Value[:0])
+			p.doc.appendDocValue(op.Value[:0])
 			if err := op.Finish(); err != nil {
 				return err
 			}
 		case p.hadBody:
-			if err := b.Delete(bodyKey(p.key), nil); err != nil {
+			if err := b.Delete(docKey(p.key), nil); err != nil {
 				return err
 			}
 		}
