@@ -65,7 +65,7 @@ func (n *Node) handleGetDocs(w http.ResponseWriter, r *http.Request) {
 	var one [1]string
 	ids := queryValues(one[:0], r.URL.RawQuery, "id")
 	if len(ids) == 0 {
-		writeError(w, badRequest("give at least one id: ?id=ID (repeatable)"))
+		n.handleListDocs(w, r, t) // RavenDB's listing: by prefix, or the latest
 		return
 	}
 	if len(ids) > maxIDsPerGet {

@@ -29,6 +29,9 @@ type shardReplica interface {
 	// trusts it (see guardWrites).
 	write(ctx context.Context, ops []storage.Op, wc writeConcern, routed uint64) ([]storage.Result, error)
 	query(ctx context.Context, q queryArgs) ([]*storage.Document, error)
+	// list returns the replica's first candidates of a document listing
+	// (see api_list.go).
+	list(ctx context.Context, a listArgs) ([]listKey, error)
 	stats(ctx context.Context) (replicaStats, error)
 	bucket(ctx context.Context, b uint32, maxIDs int) (bucketInfo, error)
 	rangeStats(ctx context.Context, from, to uint32) ([]storage.BucketStats, error)
@@ -464,6 +467,7 @@ func (n *Node) registerShardRPC() {
 		}
 		return wireDocs(l.query(ctx, *req.Query))
 	}
+	n.rpcHandlers[opShardList] = n.serveShardList
 	n.rpcHandlers["shard.stats"] = func(ctx context.Context, data []byte) (any, error) {
 		l, _, err := local(data)
 		if err != nil {
