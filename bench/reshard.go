@@ -135,6 +135,16 @@ type ReshardFigures struct {
 	// last node's flip event: how long the nodes disagree on the owner.
 	FlipSpanP50Ms float64 `json:",omitempty"`
 	FlipSpanP99Ms float64 `json:",omitempty"`
+	// Rerouted* are the server's own measure of the pause (the Reroutes
+	// figures of GET /databases/{db}/stats on every node): the writes a
+	// shard refused after a flip and the new owner then applied, and the
+	// delay the refusal added to each, from the write's first attempt to
+	// the start of the one that reached the new owner. P50/P99 are the
+	// largest of the nodes' own percentiles, Max the largest delay.
+	Rerouted      uint64  `json:",omitempty"`
+	ReroutedP50Ms float64 `json:",omitempty"`
+	ReroutedP99Ms float64 `json:",omitempty"`
+	ReroutedMaxMs float64 `json:",omitempty"`
 	// MovingWrites counts the writes into moving buckets during the move;
 	// MovingWritesP99Ms is their p99.
 	MovingWrites      int64   `json:",omitempty"`
@@ -356,6 +366,28 @@ func (e *reshardEnv) waitMove(ctx context.Context, es *eventStream, id string) (
 		return op, end, fmt.Errorf("operation %s ended %s: errors %v", id, op.Status, op.Errors)
 	}
 	return op, end, nil
+}
+
+// reroutes fills the server-measured flip pause from every node's
+// database statistics.
+func (e *reshardEnv) reroutes(ctx context.Context, f *ReshardFigures) error {
+	for _, u := range e.c.urls {
+		var st struct {
+			Reroutes struct {
+				WritesRerouted                     uint64
+				DelayP50Ms, DelayP99Ms, DelayMaxMs float64
+			}
+		}
+		if err := getJSON(ctx, e.hc, u+"/databases/"+e.db+"/stats", &st); err != nil {
+			return fmt.Errorf("reroute figures of %s: %w", u, err)
+		}
+		r := st.Reroutes
+		f.Rerouted += r.WritesRerouted
+		f.ReroutedP50Ms = max(f.ReroutedP50Ms, r.DelayP50Ms)
+		f.ReroutedP99Ms = max(f.ReroutedP99Ms, r.DelayP99Ms)
+		f.ReroutedMaxMs = max(f.ReroutedMaxMs, r.DelayMaxMs)
+	}
+	return nil
 }
 
 // waitClean waits until the record lists no bucket migration (every
@@ -858,6 +890,9 @@ func (r *run) reshardForeground(ctx context.Context) []Row {
 	fig := &ReshardFigures{Buckets: int64(n), EmptyBuckets: op.BucketsTotal - int64(n), TotalSeconds: end.Sub(start).Seconds(),
 		MsPerBucket: ms(end.Sub(start)) / float64(n), DocumentsMoved: op.DocumentsMoved, BytesMoved: op.BytesMoved, LoadSeconds: loadTime.Seconds(),
 		CPUCores: cores(cpu, end.Sub(start))}
+	if err := e.reroutes(ctx, fig); err != nil {
+		return fail(err)
+	}
 	// The write pause at each flip: the longest write into the flipping
 	// bucket in flight within ±flipWindow of the flip's event.
 	byBucket := map[uint32][]fgWrite{}
@@ -918,14 +953,14 @@ func (r *run) reshardForeground(ctx context.Context) []Row {
 		rows[i] = makeRow(w, sys, "ops/s", &s, nil, "")
 	}
 	rows[0].Reshard = fig
-	rows[0].Note = fmt.Sprintf("%d clients' durable PUTs of ~1 KiB (%d into the bucket migrating now, %d outside the moving range) during a move of %d non-empty buckets (+%d empty) shard 0→2, %.1f s (per bucket p50 %.1f ms; process CPU %.2f cores); flip pause, per flip the longest write into the flipping bucket in flight while the nodes applied the flip (first to last node's event ±%d ms, span p50 %.1f / p99 %.1f ms): p50 %.1f / p99 %.1f / max %.1f ms, against %.1f / %.1f ms for %d writers outside the moving range in the same spans, so the flip adds p50 %.1f / p99 %.1f / max %.1f ms (%d flips; the same difference between two such groups of writers, the noise floor: p50 %.1f / p99 %.1f ms; the same difference for the same bucket halfway between Moving and the flip, the move without the flip: p50 %.1f / p99 %.1f ms); old definition (longest write into the flipping bucket within ±%d ms of OwnershipTransferred) p50 %.1f / p99 %.1f / max %.1f ms over %d of %d flips; writes into moving buckets p99 %.1f ms; %d-node in-process cluster, RF %d",
+	rows[0].Note = fmt.Sprintf("%d clients' durable PUTs of ~1 KiB (%d into the bucket migrating now, %d outside the moving range) during a move of %d non-empty buckets (+%d empty) shard 0→2, %.1f s (per bucket p50 %.1f ms; process CPU %.2f cores); flip pause, per flip the longest write into the flipping bucket in flight while the nodes applied the flip (first to last node's event ±%d ms, span p50 %.1f / p99 %.1f ms): p50 %.1f / p99 %.1f / max %.1f ms, against %.1f / %.1f ms for %d writers outside the moving range in the same spans, so the flip adds p50 %.1f / p99 %.1f / max %.1f ms (%d flips; the same difference between two such groups of writers, the noise floor: p50 %.1f / p99 %.1f ms; the same difference for the same bucket halfway between Moving and the flip, the move without the flip: p50 %.1f / p99 %.1f ms); old definition (longest write into the flipping bucket within ±%d ms of OwnershipTransferred) p50 %.1f / p99 %.1f / max %.1f ms over %d of %d flips; measured by the nodes (the delay a refusal after a flip added to each write until its attempt at the new owner began) p50 %.1f / p99 %.1f / max %.1f ms over %d rerouted writes; writes into moving buckets p99 %.1f ms; %d-node in-process cluster, RF %d",
 		clients, movers, clients-movers, n, fig.EmptyBuckets, fig.TotalSeconds, fig.BucketP50Ms, fig.CPUCores,
 		flipSlack.Milliseconds(), fig.FlipSpanP50Ms, fig.FlipSpanP99Ms, fig.AtFlipP50Ms, fig.AtFlipP99Ms, fig.AtFlipMaxMs, fig.ControlP50Ms, fig.ControlP99Ms, movers,
 		fig.FlipExcessP50Ms, fig.FlipExcessP99Ms, fig.FlipExcessMaxMs, fig.FlipsMeasured, fig.NoiseP50Ms, fig.NoiseP99Ms, fig.MidMoveExcessP50Ms, fig.MidMoveExcessP99Ms, flipWindow.Milliseconds(),
-		fig.FlipPauseP50Ms, fig.FlipPauseP99Ms, fig.FlipPauseMaxMs, fig.FlipsWithWrites, fig.Flips, fig.MovingWritesP99Ms, reshardNodes, reshardRF)
+		fig.FlipPauseP50Ms, fig.FlipPauseP99Ms, fig.FlipPauseMaxMs, fig.FlipsWithWrites, fig.Flips, fig.ReroutedP50Ms, fig.ReroutedP99Ms, fig.ReroutedMaxMs, fig.Rerouted, fig.MovingWritesP99Ms, reshardNodes, reshardRF)
 	rows[1].Note = fmt.Sprintf("the same load on the same cluster for %.0f s before the move (movers write into random buckets of the range); sn/base = with move / without", dur.Seconds())
-	r.logf("%-12s %-10s %d writes in %.1fs during the move; flip pause p99 %.1f ms, control %.1f ms, added p50 %.1f / p99 %.1f ms (%d flips; noise floor p50 %.1f / p99 %.1f ms; mid-move p50 %.1f / p99 %.1f ms); old definition p99 %.1f ms", w, sysShardnode, len(busy.writes), busy.elapsed.Seconds(),
-		fig.AtFlipP99Ms, fig.ControlP99Ms, fig.FlipExcessP50Ms, fig.FlipExcessP99Ms, fig.FlipsMeasured, fig.NoiseP50Ms, fig.NoiseP99Ms, fig.MidMoveExcessP50Ms, fig.MidMoveExcessP99Ms, fig.FlipPauseP99Ms)
+	r.logf("%-12s %-10s %d writes in %.1fs during the move; flip pause p99 %.1f ms, control %.1f ms, added p50 %.1f / p99 %.1f ms (%d flips; noise floor p50 %.1f / p99 %.1f ms; mid-move p50 %.1f / p99 %.1f ms); old definition p99 %.1f ms; measured by the nodes p50 %.1f / p99 %.1f / max %.1f ms over %d rerouted writes", w, sysShardnode, len(busy.writes), busy.elapsed.Seconds(),
+		fig.AtFlipP99Ms, fig.ControlP99Ms, fig.FlipExcessP50Ms, fig.FlipExcessP99Ms, fig.FlipsMeasured, fig.NoiseP50Ms, fig.NoiseP99Ms, fig.MidMoveExcessP50Ms, fig.MidMoveExcessP99Ms, fig.FlipPauseP99Ms, fig.ReroutedP50Ms, fig.ReroutedP99Ms, fig.ReroutedMaxMs, fig.Rerouted)
 	return rows
 }
 

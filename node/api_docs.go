@@ -368,7 +368,12 @@ func (n *Node) writeOps(ctx context.Context, t target, ops []storage.Op, wc writ
 		routed uint64
 	}
 	hinted := map[int]ownerHint{} // op index → owner a refusal named
+	first := time.Now()
+	var rerouted time.Duration // first attempt → start of the latest
 	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			rerouted = time.Since(first)
+		}
 		// Route every op, then fill groups sized to fit: an op is large
 		// and growing a group's slice would copy it again and again.
 		routes := make([]route, len(pending))
@@ -446,6 +451,9 @@ func (n *Node) writeOps(ctx context.Context, t target, ops []storage.Op, wc writ
 			return nil, wrapFirst(failed[0], errors.Join(failed...))
 		}
 		if len(pending) == 0 {
+			if attempt > 0 {
+				n.reroutes.record(t.rec.DatabaseName, t.rec.CreatedIndex, rerouted)
+			}
 			return results, nil
 		}
 		sort.Ints(pending)

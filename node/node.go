@@ -51,6 +51,9 @@ type Node struct {
 	// request, the size of its documents, was most of what a point GET
 	// allocated.
 	answers sync.Pool
+	// reroutes measures the pause moves cause: writes refused after a
+	// flip and sent on to the new owner.
+	reroutes *reroutes
 
 	started time.Time
 	// maxDocBytes is http.max-document-bytes, or less if the bus's messages
@@ -80,7 +83,7 @@ func Start(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Nod
 		logger = slog.New(slog.DiscardHandler)
 	}
 	logger = logger.With("node", cfg.Node.Tag)
-	n := &Node{cfg: cfg, logger: logger, fsm: raftfsm.New(), started: time.Now(), incarnation: strconv.FormatUint(rand.Uint64(), 36), health: newHealth(cfg.Node.Tag), rpcHandlers: map[string]rpcHandler{}, regKick: make(chan struct{}, 1)}
+	n := &Node{cfg: cfg, logger: logger, fsm: raftfsm.New(), started: time.Now(), incarnation: strconv.FormatUint(rand.Uint64(), 36), health: newHealth(cfg.Node.Tag), reroutes: newReroutes(), rpcHandlers: map[string]rpcHandler{}, regKick: make(chan struct{}, 1)}
 	runCtx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
 	n.runCtx = runCtx

@@ -1,7 +1,10 @@
 package node
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
+	"strconv"
 	"testing"
 
 	"github.com/shardnode/shardnode/bucket"
@@ -41,5 +44,53 @@ func TestWriteGuardNamesOwnerAndTrustsNewerRecord(t *testing.T) {
 	// that later committed state: accepted.
 	if err := n.guardWrites("shop", other, ops, rec.Etag+1); err != nil {
 		t.Fatalf("write routed by a newer record refused: %v", err)
+	}
+}
+
+// TestRerouteIsCountedAndTimed: a write routed by a record older than the
+// shard's (a flip it had not applied yet) is refused, goes on to the owner
+// the refusal names, lands there, and is counted in the database's
+// statistics with the delay; a write routed by the current record is not.
+func TestRerouteIsCountedAndTimed(t *testing.T) {
+	n := testNode(t, t.TempDir())
+	c := client{t, n.HTTPURL()}
+	c.must(201, "PUT", "/admin/databases/shop", `{"Shards": 3, "ReplicationFactor": 1}`)
+	rec := n.recordOf("shop")
+	id := "users/1"
+	b := bucket.ForID(id)
+	owner := rec.ShardOf(b)
+	// What a router that has not applied the latest flip believes.
+	stale := rec.Clone()
+	stale.Etag = rec.Etag - 1
+	stale.Sharding.BucketRanges = stale.Sharding.BucketRanges.Move(b, (owner+1)%3)
+
+	ctx := context.Background()
+	put := func(tgt target, v string) {
+		t.Helper()
+		ops := []storage.Op{{Kind: storage.OpPut, ID: id, Body: []byte(`{"v":"` + v + `"}`)}}
+		if _, err := n.writeOps(ctx, tgt, ops, writeConcern{}); err != nil {
+			t.Fatalf("write %s: %v", v, err)
+		}
+	}
+	reroutes := func() RerouteStats {
+		t.Helper()
+		var st struct{ Reroutes RerouteStats }
+		if err := json.Unmarshal(c.must(200, "GET", "/databases/shop/stats", "").Body, &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Reroutes
+	}
+	put(target{rec: rec, shard: -1}, "current")
+	if r := reroutes(); r.WritesRerouted != 0 || r.Node != "A" {
+		t.Fatalf("a write routed by the current record counted: %+v", r)
+	}
+	put(target{rec: stale, shard: -1}, "stale")
+	r := reroutes()
+	if r.WritesRerouted != 1 || r.Window != 1 || r.DelayMaxMs <= 0 || r.DelayP99Ms != r.DelayMaxMs {
+		t.Fatalf("after a rerouted write: %+v", r)
+	}
+	got := c.must(200, "GET", "/databases/shop$"+strconv.Itoa(owner)+"/docs?id="+id, "").json(t)
+	if doc := got["Results"].([]any)[0].(map[string]any); doc["v"] != "stale" {
+		t.Fatalf("the rerouted write is not on the owner, shard %d: %v", owner, doc)
 	}
 }

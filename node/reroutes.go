@@ -1,0 +1,101 @@
+package node
+
+import (
+	"slices"
+	"sync"
+	"time"
+)
+
+// rerouteWindow is how many of a database's latest rerouted writes the
+// delay percentiles are taken over.
+const rerouteWindow = 4096
+
+// reroutes keeps, per database, what moves cost this node's clients: the
+// writes it routed that a shard refused because a move had just flipped
+// their bucket to another shard, and the delay the refusal added to each,
+// from the write's first attempt to the start of the attempt that reached
+// the new owner. The attempt that succeeds is an ordinary write and is not
+// counted: this is the pause at the ownership flip, as the client saw it,
+// apart from the load's ordinary latency, which a benchmark can only
+// estimate from outside.
+type reroutes struct {
+	mu  sync.Mutex
+	dbs map[string]*rerouteLog
+}
+
+// rerouteLog is one database's record. A database deleted and created
+// again under its name starts a new one.
+type rerouteLog struct {
+	created uint64 // the raft index that created the database
+	count   uint64
+	max     time.Duration
+	recent  []time.Duration // a ring of the latest rerouteWindow delays
+	next    int
+}
+
+// RerouteStats are one node's figures for the writes it rerouted after an
+// ownership flip, in GET /databases/{db}/stats.
+type RerouteStats struct {
+	// Node is the node that routed the writes.
+	Node string `json:"Node"`
+	// WritesRerouted counts the client writes (a single PUT or DELETE, or
+	// a bulk_docs batch) that a shard refused after a flip and that were
+	// then applied by the new owner, since this node started.
+	WritesRerouted uint64 `json:"WritesRerouted"`
+	// DelayP50Ms and DelayP99Ms are taken over the latest Window of them;
+	// DelayMaxMs over all since the start.
+	DelayP50Ms float64 `json:"DelayP50Ms"`
+	DelayP99Ms float64 `json:"DelayP99Ms"`
+	DelayMaxMs float64 `json:"DelayMaxMs"`
+	Window     int     `json:"Window"`
+}
+
+func newReroutes() *reroutes { return &reroutes{dbs: map[string]*rerouteLog{}} }
+
+// record notes one rerouted write of database db, created at raft index
+// created, that the flip delayed by d.
+func (r *reroutes) record(db string, created uint64, d time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	l := r.dbs[db]
+	if l == nil || l.created != created {
+		l = &rerouteLog{created: created}
+		r.dbs[db] = l
+	}
+	l.count++
+	l.max = max(l.max, d)
+	if len(l.recent) < rerouteWindow {
+		l.recent = append(l.recent, d)
+		return
+	}
+	l.recent[l.next] = d
+	l.next = (l.next + 1) % rerouteWindow
+}
+
+// stats summarises the record of database db, created at raft index
+// created.
+func (r *reroutes) stats(node, db string, created uint64) RerouteStats {
+	r.mu.Lock()
+	l := r.dbs[db]
+	if l == nil || l.created != created {
+		r.mu.Unlock()
+		return RerouteStats{Node: node}
+	}
+	s := RerouteStats{Node: node, WritesRerouted: l.count, DelayMaxMs: millis(l.max), Window: len(l.recent)}
+	sorted := slices.Clone(l.recent)
+	r.mu.Unlock()
+	slices.Sort(sorted)
+	s.DelayP50Ms, s.DelayP99Ms = millis(rank(sorted, 50)), millis(rank(sorted, 99))
+	return s
+}
+
+// rank is the nearest-rank q-th percentile of sorted.
+func rank(sorted []time.Duration, q int) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := (q*len(sorted)+99)/100 - 1
+	return sorted[max(0, min(i, len(sorted)-1))]
+}
+
+func millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
