@@ -59,9 +59,16 @@ func (n *Node) handleQuery(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badRequest("%v", err))
 		return
 	}
+	// Each shard sends only the first offset+limit of its matches: no
+	// page's document lies beyond them in any shard.
+	keep := 0
+	if q.Limit >= 0 {
+		keep = min(q.Offset+q.Limit, maxQueryKeep)
+	}
 	var perShard [][]queryHit
+	var total int
 	for attempt := 0; ; attempt++ {
-		perShard, err = n.queryShards(r.Context(), t, req)
+		perShard, total, err = n.queryShards(r.Context(), t, req, keep)
 		if err == nil || !isStaleRecord(err) || attempt >= maxRerouteAttempts {
 			break
 		}
@@ -88,7 +95,6 @@ func (n *Node) handleQuery(w http.ResponseWriter, r *http.Request) {
 		}
 		return hits[i].doc.ID < hits[j].doc.ID
 	})
-	total := len(hits)
 	if q.Offset > 0 {
 		hits = hits[min(q.Offset, len(hits)):]
 	}
@@ -109,26 +115,35 @@ func (n *Node) handleQuery(w http.ResponseWriter, r *http.Request) {
 	writeRaw(w, http.StatusOK, out)
 }
 
-// queryShards asks every shard of t, in parallel.
-func (n *Node) queryShards(ctx context.Context, t target, req queryRequest) ([][]queryHit, error) {
+// maxQueryKeep bounds how many matches a shard is asked for when a query
+// has a limit; beyond it (a huge offset) a shard sends every match, as
+// for a query without one.
+const maxQueryKeep = 1 << 30
+
+// queryShards asks every shard of t, in parallel, for its matches (the
+// first keep of them when keep > 0), and adds up how many match in all.
+func (n *Node) queryShards(ctx context.Context, t target, req queryRequest, keep int) ([][]queryHit, int, error) {
 	shards := targetShards(t)
 	perShard := make([][]queryHit, len(shards))
+	totals := make([]int, len(shards))
 	errs := make([]error, len(shards))
 	var wg sync.WaitGroup
 	for i, shard := range shards {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			perShard[i], errs[i] = n.queryShard(ctx, t, shard, req)
+			perShard[i], totals[i], errs[i] = n.queryShard(ctx, t, shard, req, keep)
 		}()
 	}
 	wg.Wait()
-	for _, err := range errs {
+	total := 0
+	for i, err := range errs {
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
+		total += totals[i]
 	}
-	return perShard, nil
+	return perShard, total, nil
 }
 
 // queryScanAllowance is what a query's attempt on a remote replica gets on
@@ -143,29 +158,29 @@ const queryScanAllowance = 27 * time.Second
 // ordering. Through the database (not "{db}${n}"), a shard answers only
 // for the buckets it owns, so a document that exists on two shards while
 // its bucket moves is counted once.
-func (n *Node) queryShard(ctx context.Context, t target, shard int, req queryRequest) ([]queryHit, error) {
-	var docs []*storage.Document
+func (n *Node) queryShard(ctx context.Context, t target, shard int, req queryRequest, keep int) ([]queryHit, int, error) {
+	var ans queryAnswer
 	err := n.onShardWithin(ctx, t, shard, true, queryScanAllowance, func(ctx context.Context, rep shardReplica) error {
 		var err error
-		args := queryArgs{Query: req.Query, Params: req.QueryParameters}
+		args := queryArgs{Query: req.Query, Params: req.QueryParameters, Keep: keep}
 		if t.shard < 0 {
 			args.Owners, args.RecordEtag = t.rec.Sharding.BucketRanges, t.rec.Etag
 		}
-		docs, err = rep.query(ctx, args)
+		ans, err = rep.query(ctx, args)
 		return err
 	})
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	hits := make([]queryHit, 0, len(docs))
-	for _, d := range docs {
+	hits := make([]queryHit, 0, len(ans.Docs))
+	for _, d := range ans.Docs {
 		m, err := docMap(d)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		hits = append(hits, queryHit{doc: d, m: m, shard: shard})
 	}
-	return hits, nil
+	return hits, ans.Total, nil
 }
 
 func appendInt(b []byte, v int) []byte {

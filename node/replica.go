@@ -28,7 +28,7 @@ type shardReplica interface {
 	// router chose this shard by: a replica whose own record is older
 	// trusts it (see guardWrites).
 	write(ctx context.Context, ops []storage.Op, wc writeConcern, routed uint64) ([]storage.Result, error)
-	query(ctx context.Context, q queryArgs) ([]*storage.Document, error)
+	query(ctx context.Context, q queryArgs) (queryAnswer, error)
 	// list returns the replica's first candidates of a document listing
 	// (see api_list.go).
 	list(ctx context.Context, a listArgs) ([]listKey, error)
@@ -49,6 +49,23 @@ type queryArgs struct {
 	Owners bucket.Ranges `json:"Owners,omitempty"`
 	// RecordEtag is the etag of the record Owners came from.
 	RecordEtag uint64 `json:"RecordEtag,omitempty"`
+	// Keep, when above 0, asks for only the first Keep matches in the
+	// query's order (its offset plus its limit): no shard's part of a page
+	// lies beyond them.
+	Keep int `json:"Keep,omitempty"`
+}
+
+// queryAnswer is one shard's part of a query's answer: its matches, or
+// the first Keep of them in the query's order, and how many it has in all.
+type queryAnswer struct {
+	Docs  []*storage.Document
+	Total int
+}
+
+// wireQueryAnswer is a queryAnswer on the bus (op shard.query.top).
+type wireQueryAnswer struct {
+	Docs  []*wireDoc `json:"Docs"`
+	Total int        `json:"Total"`
 }
 
 // replicaStats are one replica's figures.
@@ -124,12 +141,12 @@ func (l *localReplica) write(ctx context.Context, ops []storage.Op, wc writeConc
 	return res, nil
 }
 
-func (l *localReplica) query(_ context.Context, a queryArgs) ([]*storage.Document, error) {
+func (l *localReplica) query(_ context.Context, a queryArgs) (queryAnswer, error) {
 	q, err := rql.Parse(a.Query, a.Params)
 	if err != nil {
-		return nil, badRequest("%v", err)
+		return queryAnswer{}, badRequest("%v", err)
 	}
-	var hits []*storage.Document
+	top := newQueryTop(q, a.Keep)
 	var derr error
 	check := func() error { return l.n.replicas.checkView(l.db, l.shard, a.RecordEtag) }
 	err = l.s.ScanChecked(check, func(d *storage.Document) bool {
@@ -145,14 +162,17 @@ func (l *localReplica) query(_ context.Context, a queryArgs) ([]*storage.Documen
 			return false
 		}
 		if q.Matches(m) {
-			hits = append(hits, d)
+			top.add(queryHit{doc: d, m: m, shard: l.shard})
 		}
 		return true
 	})
 	if err == nil {
 		err = derr
 	}
-	return hits, err
+	if err != nil {
+		return queryAnswer{}, err
+	}
+	return queryAnswer{Docs: top.docs(), Total: top.total}, nil
 }
 
 // docMap decodes a document for query evaluation.
@@ -369,13 +389,31 @@ func (r *remoteReplica) write(ctx context.Context, ops []storage.Op, wc writeCon
 	return res, nil
 }
 
-func (r *remoteReplica) query(ctx context.Context, a queryArgs) ([]*storage.Document, error) {
-	var docs []*wireDoc
-	if err := r.n.call(ctx, r.tag, "shard.query", shardRequest{DB: r.db, Shard: r.shard, Query: &a}, &docs); err != nil {
-		return nil, err
+// query asks with shard.query.top when only the first matches are wanted;
+// a node that predates it answers shard.query with every match, which the
+// router cuts as it always did.
+func (r *remoteReplica) query(ctx context.Context, a queryArgs) (queryAnswer, error) {
+	req := shardRequest{DB: r.db, Shard: r.shard, Query: &a}
+	if a.Keep > 0 {
+		var w wireQueryAnswer
+		err := r.n.call(ctx, r.tag, opShardQueryTop, req, &w)
+		if err == nil {
+			return queryAnswer{Docs: fromWireDocs(w.Docs), Total: w.Total}, nil
+		}
+		if !isUnknownOp(err) {
+			return queryAnswer{}, err
+		}
 	}
-	return fromWireDocs(docs), nil
+	var docs []*wireDoc
+	if err := r.n.call(ctx, r.tag, "shard.query", req, &docs); err != nil {
+		return queryAnswer{}, err
+	}
+	return queryAnswer{Docs: fromWireDocs(docs), Total: len(docs)}, nil
 }
+
+// opShardQueryTop is a query's part for one shard that answers only the
+// first matches (queryArgs.Keep) and the count of all.
+const opShardQueryTop = "shard.query.top"
 
 func (r *remoteReplica) stats(ctx context.Context) (replicaStats, error) {
 	var st replicaStats
@@ -465,7 +503,25 @@ func (n *Node) registerShardRPC() {
 		if req.Query == nil {
 			return nil, badRequest("shard.query without a query")
 		}
-		return wireDocs(l.query(ctx, *req.Query))
+		a := *req.Query
+		a.Keep = 0 // an older router cuts the answer itself
+		ans, err := l.query(ctx, a)
+		return wireDocs(ans.Docs, err)
+	}
+	n.rpcHandlers[opShardQueryTop] = func(ctx context.Context, data []byte) (any, error) {
+		l, req, err := local(data)
+		if err != nil {
+			return nil, err
+		}
+		if req.Query == nil {
+			return nil, badRequest("%s without a query", opShardQueryTop)
+		}
+		ans, err := l.query(ctx, *req.Query)
+		if err != nil {
+			return nil, err
+		}
+		docs, _ := wireDocs(ans.Docs, nil)
+		return wireQueryAnswer{Docs: docs.([]*wireDoc), Total: ans.Total}, nil
 	}
 	n.rpcHandlers[opShardList] = n.serveShardList
 	n.rpcHandlers["shard.stats"] = func(ctx context.Context, data []byte) (any, error) {

@@ -93,9 +93,22 @@ func (n *Node) handleRPC(ctx context.Context, m *nats.Msg) {
 			reply.Data = []byte("encode reply: " + err.Error())
 		}
 	}
-	if err := m.RespondMsg(reply); err != nil {
-		n.logger.Debug("rpc reply failed", "op", op, "err", err)
+	if limit := int(n.bus.nc.MaxPayload()) - busMessageSlack; len(reply.Data) > limit {
+		// An answer the bus cannot carry would never arrive: the asking
+		// node would wait out its attempt and try another replica, which
+		// cannot send it either. Say so at once instead.
+		tooLarge(reply, fmt.Sprintf("%s on node %s: the answer is %d bytes, more than one bus message carries (%d bytes); ask for less at once (a query's limit, fewer ids per request)", op, n.cfg.Node.Tag, len(reply.Data), limit))
 	}
+	if err := m.RespondMsg(reply); err != nil {
+		n.logger.Warn("rpc reply failed", "op", op, "bytes", len(reply.Data), "err", err)
+	}
+}
+
+// tooLarge turns reply into the refusal of an answer too large to send.
+func tooLarge(reply *nats.Msg, msg string) {
+	reply.Header.Set("Status", strconv.Itoa(http.StatusUnprocessableEntity))
+	reply.Header.Set("Error-Type", "ResultTooLarge")
+	reply.Data = []byte(msg)
 }
 
 // unknownOpPrefix starts the message of the answer to an op a node does not
