@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/hashicorp/raft"
 
 	"github.com/shardnode/shardnode/config"
 	"github.com/shardnode/shardnode/raftfsm"
@@ -278,22 +279,106 @@ func (n *Node) waitRegistered(ctx context.Context) error {
 	}
 }
 
-// waitCaughtUp waits until this node applied every committed raft entry
-// and its replicas follow the resulting records, so a restarted node serves
-// its databases as soon as Start returns.
+// waitCaughtUp waits until this node applied every raft entry committed
+// before it asked, and its replicas follow the resulting records, so a
+// restarted node serves its databases as soon as Start returns. A
+// follower's own commit index is no measure of that: after a restart it
+// is its snapshot's, and after the leader's first message it is at most
+// the follower's own last entry, while the leader may have committed
+// more when the node was down. Answering from such an old state, a node
+// took writes for a database deleted since, and lost them.
 func (n *Node) waitCaughtUp(ctx context.Context) error {
-	t := time.NewTicker(10 * time.Millisecond)
+	index, err := n.readIndex(ctx)
+	if err != nil {
+		return fmt.Errorf("wait for raft log replay: %w", err)
+	}
+	// Raft counts an entry applied once it handed it to the state machine,
+	// which applies it later, and only commands reach the state machine
+	// (not barriers or configuration changes): wait for raft to hand over
+	// everything up to index, then for the state machine to apply the last
+	// command among them.
+	t := time.NewTicker(5 * time.Millisecond)
 	defer t.Stop()
-	for {
-		if c := n.raft.r.CommitIndex(); c > 0 && n.raft.r.AppliedIndex() >= c {
-			return n.replicas.waitFor(ctx, n.fsm.AppliedIndex())
-		}
+	for n.raft.r.AppliedIndex() < index {
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("wait for raft log replay: %w", ctx.Err())
+			return fmt.Errorf("wait for raft log replay to index %d (at %d): %w", index, n.raft.r.AppliedIndex(), ctx.Err())
 		case <-t.C:
 		}
 	}
+	last, err := n.raft.lastCommandAtOrBefore(index)
+	if err != nil {
+		return fmt.Errorf("wait for raft log replay: %w", err)
+	}
+	if err := n.waitApplied(ctx, last); err != nil {
+		return err
+	}
+	return n.replicas.waitFor(ctx, n.fsm.AppliedIndex())
+}
+
+// readIndex is an index at or beyond every entry committed when it was
+// asked: the leader's applied index after a barrier, here or asked of
+// the leader over HTTP. It retries until ctx ends.
+func (n *Node) readIndex(ctx context.Context) (uint64, error) {
+	delay := 10 * time.Millisecond
+	for {
+		var index uint64
+		var err error
+		if n.raft.r.State() == raft.Leader {
+			index, err = n.barrierIndex()
+		} else if url := n.leaderURL(); url == "" {
+			err = errors.New("no leader known")
+		} else {
+			var rep applyReply
+			err = n.postJSON(ctx, url+"/internal/raft/read-index", nil, &rep)
+			index = rep.Index
+		}
+		if err == nil && index > 0 {
+			return index, nil
+		}
+		n.logger.Debug("read index from the leader", "err", err)
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("read index: %w (last: %v)", ctx.Err(), err)
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, 500*time.Millisecond)
+	}
+}
+
+// barrierIndex waits, on the leader, until every entry before a new
+// barrier entry is applied, and returns the applied index.
+func (n *Node) barrierIndex() (uint64, error) {
+	if err := n.raft.r.Barrier(5 * time.Second).Error(); err != nil {
+		return 0, err
+	}
+	return n.raft.r.AppliedIndex(), nil
+}
+
+// handleRaftSnapshot snapshots this node's raft state now and truncates
+// its log, as raft does by itself every 1024 entries (checked every two
+// minutes): for an operator before copying a data directory, and for tests
+// of a restart from a snapshot.
+func (n *Node) handleRaftSnapshot(w http.ResponseWriter, _ *http.Request) {
+	if err := n.raft.r.Snapshot().Error(); err != nil && !errors.Is(err, raft.ErrNothingNewToSnapshot) {
+		writeError(w, unavailable("raft snapshot: %v", err))
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// handleReadIndex answers a starting node's readIndex.
+func (n *Node) handleReadIndex(w http.ResponseWriter, _ *http.Request) {
+	if n.raft.r.State() != raft.Leader {
+		writeError(w, unavailable("node %s is not the raft leader", n.cfg.Node.Tag))
+		return
+	}
+	index, err := n.barrierIndex()
+	if err != nil {
+		writeError(w, unavailable("raft barrier: %v", err))
+		return
+	}
+	writeJSON(w, http.StatusOK, applyReply{Index: index})
 }
 
 // databaseNames lists the databases in the state.

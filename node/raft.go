@@ -128,6 +128,30 @@ func (rn *raftNode) waitLeader(ctx context.Context) error {
 	}
 }
 
+// lastCommandAtOrBefore is the index of the last command entry (one the
+// state machine applies) at or before index in the local log, or 0 when
+// there is none left in the log: a snapshot, restored before raft started,
+// holds everything older.
+func (rn *raftNode) lastCommandAtOrBefore(index uint64) (uint64, error) {
+	first, err := rn.store.FirstIndex()
+	if err != nil {
+		return 0, fmt.Errorf("raft log: %w", err)
+	}
+	for i := index; i >= first && i > 0; i-- {
+		var l raft.Log
+		if err := rn.store.GetLog(i, &l); err != nil {
+			if errors.Is(err, raft.ErrLogNotFound) {
+				return 0, nil // compacted away meanwhile: in the snapshot
+			}
+			return 0, fmt.Errorf("raft log entry %d: %w", i, err)
+		}
+		if l.Type == raft.LogCommand {
+			return i, nil
+		}
+	}
+	return 0, nil
+}
+
 func (rn *raftNode) close() error {
 	err := rn.r.Shutdown().Error()
 	if cerr := rn.transport.Close(); err == nil {

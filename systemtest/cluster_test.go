@@ -242,3 +242,44 @@ func TestServesEveryShardAfterANodeDies(t *testing.T) {
 		})
 	}
 }
+
+// TestRestartedNodeServesOnlyTheCurrentState: a node that was down while a
+// database was deleted and another created serves, from the moment it says
+// it is ready, the state the cluster had committed: the deleted database is
+// a 404 (a write to it is refused, not acknowledged and lost), the new one
+// answers with its documents. It has to ask the leader how far the log
+// goes: its own commit index after a restart is only as far as its own log.
+func TestRestartedNodeServesOnlyTheCurrentState(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{Nodes: 3})
+	A := c.URL(0)
+	testcluster.Must(t, 201, "PUT", A+"/admin/databases/old", `{"Shards":3,"ReplicationFactor":3}`)
+	testcluster.Must(t, 201, "PUT", A+"/databases/old/docs?id=o/1", `{"v":1}`)
+	C := c.Members[2]
+	// C restarts from a snapshot that has "old" and a log that deletes it
+	// (its commit index starts at the snapshot's) ...
+	testcluster.Must(t, 204, "POST", C.URL()+"/admin/raft/snapshot", "")
+	testcluster.Must(t, 204, "DELETE", A+"/admin/databases/old", "")
+	testcluster.Must(t, 201, "PUT", A+"/admin/databases/new0", `{"Shards":2,"ReplicationFactor":2}`)
+	testcluster.WaitFor(t, 10*time.Second, "C to apply the new database", func() error {
+		_, err := testcluster.Expect(200, "GET", C.URL()+"/admin/databases/new0", "")
+		return err
+	})
+	C.Stop()
+	// ... and misses entries committed while it is down.
+	for i := 1; i < 20; i++ {
+		testcluster.Must(t, 201, "PUT", A+fmt.Sprintf("/admin/databases/new%d", i), `{"Shards":2,"ReplicationFactor":2}`)
+	}
+	testcluster.Must(t, 201, "PUT", A+"/databases/new19/docs?id=n/1", `{"v":1}`)
+	C.Start()
+	for _, p := range []struct{ method, path, body string }{
+		{"GET", "/databases/old/docs?id=o/1", ""},
+		{"PUT", "/databases/old/docs?id=o/2", `{"v":2}`},
+	} {
+		if r, _ := testcluster.Do(p.method, C.URL()+p.path, p.body); r.Status != 404 {
+			t.Fatalf("%s %s on the restarted node: %d %s, want 404: the database was deleted", p.method, p.path, r.Status, r.Body)
+		}
+	}
+	if r, _ := testcluster.Do("GET", C.URL()+"/databases/new19/docs?id=n/1", ""); r.Status != 200 {
+		t.Fatalf("GET of a database created while the node was down: %d %s", r.Status, r.Body)
+	}
+}
