@@ -608,7 +608,22 @@ func (n *Node) shouldHold(db string, shard int) bool {
 // busTransport carries replication over the node RPC.
 type busTransport struct{ n *Node }
 
+// errStarting holds back outgoing replication until the node caught up
+// with the cluster: while a restarted node replays the raft log, it may
+// open a replica of a database that was deleted since (and perhaps created
+// again under the same name), and what that replica sent would land in the
+// new database's replicas. Reconciling to the current state drops it first.
+func (t busTransport) errStarting() error {
+	if t.n.ready.Load() {
+		return nil
+	}
+	return unavailable("node %s is starting: it replicates once it has caught up with the cluster", t.n.cfg.Node.Tag)
+}
+
 func (t busTransport) Progress(ctx context.Context, peer string, req *replication.ProgressRequest) (*replication.ProgressReply, error) {
+	if err := t.errStarting(); err != nil {
+		return nil, err
+	}
 	var r replication.ProgressReply
 	if err := t.n.call(ctx, peer, "repl.progress", req, &r); err != nil {
 		return nil, err
@@ -622,6 +637,9 @@ func (t busTransport) MaxBatchBytes() int {
 }
 
 func (t busTransport) Send(ctx context.Context, peer string, b *replication.Batch) (uint64, error) {
+	if err := t.errStarting(); err != nil {
+		return 0, err
+	}
 	data, err := b.MarshalBinary()
 	if err != nil {
 		return 0, fmt.Errorf("encode replication batch: %w", err)
