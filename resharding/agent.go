@@ -79,7 +79,8 @@ func (a *Agent) run(ctx context.Context) {
 		}
 		waitStore := a.reconcile(ctx, rec)
 		// The documents migrator runs after ownership changes (at most once
-		// a second) and on a slow safety sweep.
+		// a second: a change sooner than that is swept when the second is
+		// up, not dropped until the slow sweep) and on a slow safety sweep.
 		ranges := bucketRangesView{rec.Sharding.BucketRanges, len(rec.Sharding.BucketMigrations)}
 		sweepNow := false
 		select {
@@ -88,10 +89,18 @@ func (a *Agent) run(ctx context.Context) {
 			sweep.Reset(a.c.MigratorInterval())
 		default:
 		}
-		if (!ranges.equal(lastRanges) && time.Since(a.lastSweep) > time.Second) || sweepNow {
+		moved := !ranges.equal(lastRanges)
+		if moved && !sweepNow {
+			if wait := time.Second - time.Since(a.lastSweep); wait > 0 {
+				sweep.Reset(wait)
+			} else {
+				sweepNow = true
+			}
+		}
+		if sweepNow {
 			lastRanges = ranges
 			a.lastSweep = time.Now()
-			a.migrateLeftovers(ctx, rec)
+			a.migrateLeftovers(ctx, rec, moved)
 		}
 		var changed <-chan struct{}
 		if waitStore {
@@ -534,10 +543,21 @@ func (a *Agent) cleanup(ctx context.Context, m raftfsm.BucketMigration) error {
 // migrateLeftovers is the documents migrator: the first bucket holding
 // items that this shard does not own (and that no migration covers) gets a
 // migration to its owner. Artificial tombstones count nowhere, so a purged
-// bucket is never picked again.
-func (a *Agent) migrateLeftovers(ctx context.Context, rec *raftfsm.DatabaseRecord) {
+// bucket is never picked again. After an ownership change (fenced), it
+// first waits for the client writes that passed the write guard before the
+// change: one that commits after a flip of its bucket is a leftover, and
+// the sweep must see it.
+func (a *Agent) migrateLeftovers(ctx context.Context, rec *raftfsm.DatabaseRecord, fenced bool) {
 	if !a.responsible(rec.Sharding.Shards[a.shard].Members) {
 		return
+	}
+	if fenced {
+		fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := a.c.FenceWrites(fctx, a.db, a.shard)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			a.logger.Debug("documents migrator: writes in flight did not finish", "err", err)
+		}
 	}
 	for _, m := range rec.Sharding.BucketMigrations {
 		if m.SourceShard == a.shard && m.IsActive() {

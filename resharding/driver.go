@@ -22,6 +22,12 @@ type Driver struct {
 	// queued holds, per operation and source shard, the non-empty buckets
 	// still to migrate (learned from the source's bucket statistics).
 	queued map[queueKey][]uint32
+	// racers holds, per operation and source shard, the empty buckets it
+	// flipped in bulk: a client write that passed the source's write guard
+	// just before such a flip commits there after it, and is left on the
+	// source (readable through the database only once moved). The next
+	// step of that source moves any such leftovers first.
+	racers map[queueKey][]raftfsm.BucketSpan
 }
 
 type queueKey struct {
@@ -38,7 +44,7 @@ func NewDriver(c Cluster, dbs func() []string, logger *slog.Logger) *Driver {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	d := &Driver{c: c, dbs: dbs, logger: logger.With("component", "resharding-driver"), cancel: cancel, done: make(chan struct{}), queued: map[queueKey][]uint32{}}
+	d := &Driver{c: c, dbs: dbs, logger: logger.With("component", "resharding-driver"), cancel: cancel, done: make(chan struct{}), queued: map[queueKey][]uint32{}, racers: map[queueKey][]raftfsm.BucketSpan{}}
 	go d.run(ctx)
 	return d
 }
@@ -90,6 +96,7 @@ func (d *Driver) step(ctx context.Context, db string) error {
 		}
 	}
 	sort.Slice(ops, func(i, j int) bool { return ops[i].StartIndex < ops[j].StartIndex })
+	d.forgetEnded(rec)
 	var errs []error
 	for _, op := range ops {
 		for _, src := range sourcesOf(rec, op) {
@@ -153,6 +160,13 @@ func ownedSpans(rec *raftfsm.DatabaseRecord, shard int, from, to uint32) []raftf
 // once, then the non-empty ones one by one.
 func (d *Driver) advance(ctx context.Context, db string, rec *raftfsm.DatabaseRecord, op *raftfsm.ReshardingOperation, src int) error {
 	key := queueKey{op.ID, src}
+	if spans := d.racers[key]; len(spans) > 0 {
+		started, err := d.moveRacer(ctx, db, rec, src, spans)
+		if err != nil || started {
+			return err
+		}
+		delete(d.racers, key) // none: the writes in flight at the flip have long committed
+	}
 	q := d.queued[key]
 	// Drop queued buckets that moved or are migrating meanwhile.
 	for len(q) > 0 && (rec.ShardOf(q[0]) != src || rec.Sharding.BucketMigrations[q[0]] != nil) {
@@ -165,6 +179,7 @@ func (d *Driver) advance(ctx context.Context, db string, rec *raftfsm.DatabaseRe
 		}
 		if len(q) == 0 {
 			delete(d.queued, key)
+			delete(d.racers, key) // the source's own sweep takes over
 			return nil
 		}
 	}
@@ -221,6 +236,8 @@ func (d *Driver) refill(ctx context.Context, db string, rec *raftfsm.DatabaseRec
 			}
 		}
 	}
+	key := queueKey{op.ID, src}
+	d.racers[key] = append(d.racers[key], empty...)
 	for len(empty) > 0 {
 		n := min(len(empty), maxSpansPerCommand)
 		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -233,4 +250,61 @@ func (d *Driver) refill(ctx context.Context, db string, rec *raftfsm.DatabaseRec
 		empty = empty[n:]
 	}
 	return q, nil
+}
+
+// moveRacer starts a leftovers migration for the first bucket of spans
+// (empty buckets src flipped in bulk) that src holds items in after all:
+// writes that raced the flip. It reports whether it started one.
+func (d *Driver) moveRacer(ctx context.Context, db string, rec *raftfsm.DatabaseRecord, src int, spans []raftfsm.BucketSpan) (bool, error) {
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	stats, err := d.c.RangeStats(sctx, db, src, spans[0].From, spans[len(spans)-1].To)
+	if err != nil {
+		return false, err
+	}
+	for _, st := range stats {
+		owner := rec.ShardOf(st.Bucket)
+		if st.DocumentsCount+st.TombstonesCount == 0 || owner == src || rec.Sharding.BucketMigrations[st.Bucket] != nil || !inSpans(spans, st.Bucket) {
+			continue
+		}
+		d.logger.Info("moving writes that raced an empty-bucket flip", "db", db, "bucket", st.Bucket, "source", src, "owner", owner, "documents", st.DocumentsCount)
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		err := d.c.Propose(pctx, &raftfsm.StartBucketMigration{Meta: raftfsm.Meta{At: time.Now().UTC()}, Database: db, Bucket: st.Bucket,
+			SourceShard: src, DestinationShard: owner, Leftovers: true})
+		if errors.Is(err, raftfsm.ErrConflict) {
+			return true, nil // the source's own sweep got there first: the next event goes on
+		}
+		return err == nil, err
+	}
+	return false, nil
+}
+
+// inSpans reports whether b lies in one of spans.
+func inSpans(spans []raftfsm.BucketSpan, b uint32) bool {
+	for _, sp := range spans {
+		if b >= sp.From && b <= sp.To {
+			return true
+		}
+	}
+	return false
+}
+
+// forgetEnded drops what the driver kept for operations of rec that ended
+// (the keys of other databases' operations are not in rec).
+func (d *Driver) forgetEnded(rec *raftfsm.DatabaseRecord) {
+	ended := func(id string) bool {
+		op, ok := rec.Sharding.Resharding[id]
+		return ok && op.Status != raftfsm.OperationRunning
+	}
+	for k := range d.racers {
+		if ended(k.op) {
+			delete(d.racers, k)
+		}
+	}
+	for k := range d.queued {
+		if ended(k.op) {
+			delete(d.queued, k)
+		}
+	}
 }

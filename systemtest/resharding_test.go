@@ -382,3 +382,75 @@ func TestReshardingBadRequestsAndNewShard(t *testing.T) {
 		}
 	}
 }
+
+// TestWritesRacingAnEmptyBucketFlipAreMovedPromptly: writers put new
+// documents while a move flips half of the bucket space, most of it empty,
+// in bulk. A write that passed the source's guard just before such a flip
+// commits on the source after it; it must reach its owner while the
+// operation runs or within seconds after, not wait for the documents
+// migrator's slow sweep one bucket at a time: every acknowledged document
+// is readable through the database within 5 s of the operation's end.
+func TestWritesRacingAnEmptyBucketFlipAreMovedPromptly(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a 20 s move under load; run without -short")
+	}
+	c := testcluster.Start(t, testcluster.Options{Nodes: 1})
+	A := c.URL(0)
+	testcluster.Must(t, 201, "PUT", A+"/admin/databases/db", `{"Shards":2,"ReplicationFactor":1}`)
+	var cmds []string
+	for i := range 3000 { // many non-empty buckets: the move takes a while
+		cmds = append(cmds, fmt.Sprintf(`{"Type":"PUT","Id":"pre/%d","Document":{"N":%d}}`, i, i))
+	}
+	testcluster.Must(t, 201, "POST", A+"/databases/db/bulk_docs", `{"Commands":[`+join(cmds)+`]}`)
+	stop := make(chan struct{})
+	var mu sync.Mutex
+	var acked []string
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := 0; ; k++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				id := fmt.Sprintf("n%d-%d", w, k)
+				if r, err := testcluster.Do("PUT", A+"/databases/db/docs?id="+id, `{"v":1}`); err == nil && r.Status == 201 {
+					mu.Lock()
+					acked = append(acked, id)
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	testcluster.WaitFor(t, 30*time.Second, "writers under way", func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(acked) < 200 {
+			return fmt.Errorf("%d writes acknowledged", len(acked))
+		}
+		return nil
+	})
+	id := startReshard(t, A, "db", 0, 524287, 1)
+	waitOperation(t, A, "db", id, 2*time.Minute)
+	close(stop)
+	wg.Wait()
+	testcluster.WaitFor(t, 5*time.Second, "every acknowledged document readable through the database", func() error {
+		missing := 0
+		var first string
+		for _, id := range acked {
+			if r, err := testcluster.Do("GET", A+"/databases/db/docs?id="+id, ""); err != nil || r.Status != 200 {
+				if missing == 0 {
+					first = id
+				}
+				missing++
+			}
+		}
+		if missing > 0 {
+			return fmt.Errorf("%d of %d acknowledged documents not readable, first %s", missing, len(acked), first)
+		}
+		return nil
+	})
+}
