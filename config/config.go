@@ -24,7 +24,7 @@ const (
 type Config struct {
 	// Node identifies this node and where it keeps its data.
 	Node NodeConfig `yaml:"node" json:"node"`
-	// HTTP configures the HTTP API and Studio listener.
+	// HTTP configures the HTTP API listener.
 	HTTP HTTPConfig `yaml:"http" json:"http"`
 	// Raft configures the cluster-state raft group.
 	Raft RaftConfig `yaml:"raft" json:"raft"`
@@ -197,7 +197,7 @@ func (c *Config) fields() []field {
 	return []field{
 		{"node.tag", "tag", &c.Node.Tag, "node tag: 1 to 4 uppercase letters A-Z"},
 		{"node.data-dir", "data-dir", &c.Node.DataDir, "data directory"},
-		{"http.addr", "http-addr", &c.HTTP.Addr, "host:port of the HTTP API and Studio"},
+		{"http.addr", "http-addr", &c.HTTP.Addr, "host:port of the HTTP API"},
 		{"http.max-body-bytes", "", &c.HTTP.MaxBodyBytes, "maximum request body size in bytes"},
 		{"http.max-document-bytes", "", &c.HTTP.MaxDocumentBytes, "maximum document size in bytes"},
 		{"raft.addr", "raft-addr", &c.Raft.Addr, "host:port of the raft transport"},
