@@ -128,12 +128,42 @@ func (n *Node) handleGetDocs(w http.ResponseWriter, r *http.Request) {
 // answers 304 when the request's If-None-Match names that change vector.
 func notModified(w http.ResponseWriter, r *http.Request, cv string) bool {
 	w.Header().Set("ETag", `"`+cv+`"`)
-	inm := r.Header.Get("If-None-Match")
-	if inm == "" || strings.Trim(strings.TrimSpace(inm), `"`) != cv {
+	if !etagListMatches(r.Header.Get("If-None-Match"), cv) {
 		return false
 	}
 	w.WriteHeader(http.StatusNotModified)
 	return true
+}
+
+// etagListMatches reports whether an If-None-Match value names the
+// document's change vector cv: "*" (any version), a list of quoted ETags
+// (RFC 9110; a change vector holds commas, so only quotes delimit them; a
+// weak W/ prefix compares the same), or one unquoted change vector, as
+// RavenDB's clients send it.
+func etagListMatches(inm, cv string) bool {
+	inm = strings.TrimSpace(inm)
+	switch {
+	case inm == "":
+		return false
+	case inm == "*":
+		return true
+	case !strings.Contains(inm, `"`):
+		return inm == cv
+	}
+	for {
+		open := strings.IndexByte(inm, '"')
+		if open < 0 {
+			return false
+		}
+		end := strings.IndexByte(inm[open+1:], '"')
+		if end < 0 {
+			return false
+		}
+		if inm[open+1:open+1+end] == cv {
+			return true
+		}
+		inm = inm[open+1+end+1:]
+	}
 }
 
 // maxPooledAnswer bounds the buffers kept for reuse: a rare answer of
