@@ -1,6 +1,7 @@
 package node
 
 import (
+	"fmt"
 	"net/http"
 	"strconv"
 	"time"
@@ -116,6 +117,11 @@ func (n *Node) handleCreateDatabase(w http.ResponseWriter, r *http.Request) {
 		DatabaseID: changevector.NewDatabaseID(), Shards: req.Shards, ReplicationFactor: req.ReplicationFactor, Candidates: n.upNodes()}
 	if err := raftfsm.ValidateCreate(cmd); err != nil {
 		writeError(w, err)
+		return
+	}
+	if other := n.sameNameOtherCase(name); other != "" {
+		writeError(w, &apiError{Status: http.StatusConflict, Type: "DatabaseAlreadyExists",
+			Msg: fmt.Sprintf("database %q exists: names are case-insensitive, so %q would be the same database", other, name)})
 		return
 	}
 	if err := n.propose(r.Context(), cmd); err != nil {

@@ -548,3 +548,25 @@ func TestDeletingADatabaseUnderLoadKeepsTheNodeUp(t *testing.T) {
 	}
 	c.must(200, "GET", "/healthz", "")
 }
+
+// TestDatabaseNamesAreCaseInsensitive: as in RavenDB, SHOP is shop: it
+// cannot be created beside it, and every path finds it by either spelling.
+func TestDatabaseNamesAreCaseInsensitive(t *testing.T) {
+	n := testNode(t, t.TempDir())
+	c := client{t, n.HTTPURL()}
+	c.must(201, "PUT", "/admin/databases/shop", `{"Shards": 2}`)
+	r := c.must(409, "PUT", "/admin/databases/SHOP", `{"Shards": 2}`).json(t)
+	if r["Type"] != "DatabaseAlreadyExists" || !strings.Contains(r["Error"].(string), "case-insensitive") {
+		t.Fatalf("creating SHOP beside shop: %v", r)
+	}
+	c.must(201, "PUT", "/databases/SHOP/docs?id=users/1", `{"v":1}`)
+	c.must(200, "GET", "/databases/shop/docs?id=users/1", "")
+	if rec := c.must(200, "GET", "/admin/databases/Shop", "").json(t); rec["DatabaseName"] != "shop" {
+		t.Fatalf("GET /admin/databases/Shop: %v", rec["DatabaseName"])
+	}
+	if list := c.must(200, "GET", "/admin/databases", "").json(t); len(list["Databases"].([]any)) != 1 {
+		t.Fatalf("databases: %v", list)
+	}
+	c.must(204, "DELETE", "/admin/databases/SHOP", "")
+	c.must(404, "GET", "/databases/shop/docs?id=users/1", "")
+}

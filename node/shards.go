@@ -29,6 +29,12 @@ func (n *Node) resolve(name string) (target, error) {
 	}
 	rec, ok := n.fsm.Record(name)
 	if !ok {
+		// Names are case-insensitive, as in RavenDB: SHOP is shop.
+		if other := n.sameNameOtherCase(name); other != "" {
+			rec, ok = n.fsm.Record(other)
+		}
+	}
+	if !ok {
 		return target{}, notFound("DatabaseDoesNotExist", "database %q does not exist", name)
 	}
 	if shard >= 0 {
@@ -37,4 +43,15 @@ func (n *Node) resolve(name string) (target, error) {
 		}
 	}
 	return target{rec: rec, shard: shard}, nil
+}
+
+// sameNameOtherCase returns the name of the database whose name differs
+// from name only in case, or "" if there is none.
+func (n *Node) sameNameOtherCase(name string) string {
+	for _, r := range n.fsm.Records() {
+		if r.DatabaseName != name && strings.EqualFold(r.DatabaseName, name) {
+			return r.DatabaseName
+		}
+	}
+	return ""
 }
