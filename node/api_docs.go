@@ -730,7 +730,11 @@ func appendBulkResult(out []byte, r storage.Result) []byte {
 	out = append(out, `{"Type":"PUT","@id":`...)
 	out = document.AppendString(out, r.ID)
 	out = append(out, `,"@collection":`...)
-	out = document.AppendString(out, r.Collection)
+	if r.Collection == "" {
+		out = append(out, `"@empty"`...) // RavenDB's name for the documents of no collection
+	} else {
+		out = document.AppendString(out, r.Collection)
+	}
 	out = append(out, `,"@change-vector":`...)
 	out = document.AppendString(out, r.ChangeVector)
 	out = append(out, `,"@last-modified":"`...)

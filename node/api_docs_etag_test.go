@@ -28,3 +28,19 @@ func TestETagListMatches(t *testing.T) {
 		}
 	}
 }
+
+// TestBulkResultNamesTheEmptyCollection: a PUT result for a document of no
+// collection says "@empty", as RavenDB's does.
+func TestBulkResultNamesTheEmptyCollection(t *testing.T) {
+	n := testNode(t, t.TempDir())
+	c := client{t, n.HTTPURL()}
+	c.must(201, "PUT", "/admin/databases/shop", `{"Shards": 1}`)
+	r := c.must(201, "POST", "/databases/shop/bulk_docs", `{"Commands":[{"Type":"PUT","Id":"a/1","Document":{"v":1}},{"Type":"PUT","Id":"a/2","Document":{"v":1,"@metadata":{"@collection":"As"}}}]}`).json(t)
+	res := r["Results"].([]any)
+	if got := res[0].(map[string]any)["@collection"]; got != "@empty" {
+		t.Fatalf("no collection: %v", got)
+	}
+	if got := res[1].(map[string]any)["@collection"]; got != "As" {
+		t.Fatalf("collection As: %v", got)
+	}
+}
