@@ -163,7 +163,11 @@ func (p *parser) parseLimitOffset(q *Query) error {
 		}
 		f, ok := v.(float64)
 		if !ok || f < 0 || f != math.Trunc(f) || f > math.MaxInt32 {
-			return p.errAt(t.pos, "%s must be a non-negative integer, found %s", kw, formatValue(v))
+			found := formatValue(v)
+			if t.kind == tokNumber {
+				found = t.raw // as written: 99999999999, not 9.9999999999e+10
+			}
+			return p.errAt(t.pos, "%s must be an integer from 0 to %d, found %s", kw, math.MaxInt32, found)
 		}
 		*dst = int(f)
 	}
