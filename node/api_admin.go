@@ -15,7 +15,7 @@ import (
 func (n *Node) handleHealth(w http.ResponseWriter, r *http.Request) {
 	leader, _ := n.raft.r.LeaderWithID()
 	status := http.StatusOK
-	if leader == "" || !n.ready.Load() {
+	if leader == "" || !n.ready.Load() || n.removed.Load() {
 		status = http.StatusServiceUnavailable
 	}
 	writeJSON(w, status, map[string]any{
@@ -23,6 +23,7 @@ func (n *Node) handleHealth(w http.ResponseWriter, r *http.Request) {
 		"Node":     n.cfg.Node.Tag,
 		"Leader":   leader != "",
 		"Ready":    n.ready.Load(),
+		"Removed":  n.removed.Load(),
 		"Raft":     n.raft.r.State().String(),
 		"Nats":     n.bus.nc.Status().String(),
 		"UptimeMs": time.Since(n.started).Milliseconds(),

@@ -131,10 +131,33 @@ func (n *Node) runHeartbeats(ctx context.Context) {
 	for {
 		_ = n.bus.nc.Publish(n.heartbeatSubject(), []byte(n.cfg.Node.Tag+" "+n.incarnation))
 		n.health.sweep()
+		n.checkRemoved()
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
 	}
+}
+
+// checkRemoved notes whether raft's configuration, as this node last
+// received it, still lists this node. A node removed from the cluster
+// (DELETE /cluster/nodes/{tag}) hears no more of the log, so its records
+// only grow staler; from then on it refuses to serve databases (see
+// untilReady) instead of routing by them.
+func (n *Node) checkRemoved() {
+	if !n.ready.Load() {
+		return
+	}
+	f := n.raft.r.GetConfiguration()
+	if f.Error() != nil {
+		return
+	}
+	for _, s := range f.Configuration().Servers {
+		if string(s.ID) == n.cfg.Node.Tag {
+			n.removed.Store(false)
+			return
+		}
+	}
+	n.removed.Store(true)
 }

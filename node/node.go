@@ -64,6 +64,7 @@ type Node struct {
 	// peers notice a restart that was faster than their down detection.
 	incarnation string
 	ready       atomic.Bool // Start finished: the node serves its databases
+	removed     atomic.Bool // raft's configuration no longer lists this node
 	regKick     chan struct{}
 	cancel      context.CancelFunc
 	wg          sync.WaitGroup

@@ -3,6 +3,7 @@ package systemtest
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -127,4 +128,37 @@ func TestRemovedNodesReplicasMoveElsewhere(t *testing.T) {
 		testcluster.Must(t, 200, "GET", fmt.Sprintf("%s/databases/db/docs?id=orders/%d$%s", L, i, tenant), "")
 		testcluster.Must(t, 200, "GET", fmt.Sprintf("%s/databases/db/docs?id=users/%d", L, i), "")
 	}
+}
+
+// TestRemovedLiveNodeStopsServing: a node removed while it runs hears no
+// more of the raft log, so it must not go on routing reads and writes by
+// its frozen records: it answers 503 NodeRemoved, and its health says so.
+func TestRemovedLiveNodeStopsServing(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{Nodes: 3})
+	leader := c.Leader()
+	L := c.URL(leader)
+	testcluster.Must(t, 201, "PUT", L+"/admin/databases/db", `{"Shards":2,"ReplicationFactor":2}`)
+	testcluster.Must(t, 201, "PUT", L+"/databases/db/docs?id=users/1", `{"v":1}`)
+	victim := c.Members[(leader+1)%3]
+	testcluster.Must(t, 200, "GET", victim.URL()+"/databases/db/docs?id=users/1", "")
+	testcluster.Must(t, 204, "DELETE", L+"/cluster/nodes/"+victim.Tag, "")
+	testcluster.WaitFor(t, 10*time.Second, "the removed node to refuse", func() error {
+		for _, p := range []struct{ method, path, body string }{
+			{"GET", "/databases/db/docs?id=users/1", ""},
+			{"PUT", "/databases/db/docs?id=users/2", `{"v":2}`},
+		} {
+			r, err := testcluster.Do(p.method, victim.URL()+p.path, p.body)
+			if err != nil {
+				return err
+			}
+			if r.Status != 503 || !strings.Contains(string(r.Body), "NodeRemoved") {
+				return fmt.Errorf("%s %s: %d %s", p.method, p.path, r.Status, r.Body)
+			}
+		}
+		return nil
+	})
+	if h, _ := testcluster.Do("GET", victim.URL()+"/healthz", ""); h.Status != 503 || !strings.Contains(string(h.Body), `"Removed":true`) {
+		t.Fatalf("health of the removed node: %d %s", h.Status, h.Body)
+	}
+	testcluster.Must(t, 200, "GET", L+"/databases/db/docs?id=users/1", "")
 }
