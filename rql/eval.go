@@ -2,6 +2,7 @@ package rql
 
 import (
 	"cmp"
+	"slices"
 	"strings"
 )
 
@@ -18,7 +19,18 @@ func (e *Not) Eval(doc map[string]any) bool { return !e.X.Eval(doc) }
 // null; null equals only null and is not ordered; strings compare
 // case-insensitively; values of different types are unequal and unordered.
 func (c *Comparison) Eval(doc map[string]any) bool {
-	return evalOp(lookup(doc, c.Field), c.Op, c.Value)
+	field := lookup(doc, c.Field)
+	if slices.Equal(c.Field, idPath) {
+		// id() compares as the store keys ids: lower-cased whole, so a
+		// query finds by id exactly what a GET finds (simple case folding
+		// would also equate, say, a final sigma with a medial one).
+		if f, ok := field.(string); ok {
+			if l, ok := c.Value.(string); ok {
+				return opHolds(c.Op, strings.Compare(strings.ToLower(f), strings.ToLower(l)))
+			}
+		}
+	}
+	return evalOp(field, c.Op, c.Value)
 }
 
 // Matches reports whether doc is in the query's collection (compared
@@ -81,6 +93,11 @@ func evalOp(field any, op Op, lit any) bool {
 	default:
 		c = foldCompare(fv.(string), lv.(string))
 	}
+	return opHolds(op, c)
+}
+
+// opHolds reports whether op holds for a comparison result c (<0, 0, >0).
+func opHolds(op Op, c int) bool {
 	switch op {
 	case Eq:
 		return c == 0

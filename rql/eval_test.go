@@ -163,3 +163,26 @@ func TestOrderBy(t *testing.T) {
 		}
 	}
 }
+
+// TestIDComparesAsTheStoreKeysIDs: id() equals exactly what a GET by id
+// finds: the ids lower-cased whole, not under simple case folding, which
+// would also equate a final sigma with a medial one.
+func TestIDComparesAsTheStoreKeysIDs(t *testing.T) {
+	doc := map[string]any{"@metadata": map[string]any{"@id": "ΟΔΟΣ/1", "@collection": "Streets"}}
+	for q, want := range map[string]bool{
+		"from @all_docs where id() = 'οδοσ/1'":  true,
+		"from @all_docs where id() = 'ΟΔΟΣ/1'":  true,
+		"from @all_docs where id() = 'οδος/1'":  false, // final sigma: GET ?id=οδος/1 is a 404
+		"from @all_docs where id() != 'οδος/1'": true,
+		"from @all_docs where id() > 'οδοσ/0'":  true,
+		"from @all_docs where Name = 'x'":       false,
+	} {
+		parsed, err := Parse(q, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := parsed.Matches(doc); got != want {
+			t.Errorf("%s: %v, want %v", q, got, want)
+		}
+	}
+}
