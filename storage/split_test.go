@@ -10,26 +10,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/shardnode/shardnode/bucket"
 	"github.com/shardnode/shardnode/changevector"
 )
 
 // bodyKeys counts the keys of the doc family: the split items kept whole.
-func bodyKeys(t *testing.T, s *Store) int {
-	t.Helper()
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixDoc}, UpperBound: []byte{prefixDoc + 1}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer it.Close()
-	n := 0
-	for ok := it.First(); ok; ok = it.Next() {
-		n++
-	}
-	return n
-}
+func bodyKeys(t *testing.T, s *Store) int { return familyKeys(t, s, prefixDoc) }
 
 // bigBody is a document body kept under its own key, tagged with v.
 func bigBody(v int) string {
