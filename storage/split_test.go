@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/shardnode/shardnode/bucket"
 	"github.com/shardnode/shardnode/changevector"
 )

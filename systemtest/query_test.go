@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/shardnode/shardnode/testcluster"
 )
@@ -13,9 +12,10 @@ import (
 // TestQueryPagesAcrossNodes: a query with order by, offset and limit
 // answers the same page through every node, each shard sending only its
 // first offset+limit matches, and TotalResults still counts every match.
-// An answer too large for one bus message is refused at once with
-// ResultTooLarge, not after the asking node waited out its attempts; with
-// a limit the same query answers.
+// An answer too large for one bus message is refused with
+// ResultTooLarge by the replica that cannot send it, not with a 503 after
+// the asking node waited out its attempts; with a limit the same query
+// answers.
 func TestQueryPagesAcrossNodes(t *testing.T) {
 	c := testcluster.Start(t, testcluster.Options{Nodes: 2})
 	A := c.URL(0)
@@ -55,6 +55,9 @@ func TestQueryPagesAcrossNodes(t *testing.T) {
 		}
 	}
 
+	if testing.Short() {
+		return // 20 MiB through JSON is slow under the race detector
+	}
 	// Large documents, all in one bucket, on a shard node A does not hold.
 	members := shardMembers(t, A, "db")
 	tenant := ""
@@ -68,10 +71,11 @@ func TestQueryPagesAcrossNodes(t *testing.T) {
 	for i := range 20 { // 20 MiB: more than a bus message carries (16 MiB + framing)
 		testcluster.Must(t, 201, "PUT", A+fmt.Sprintf("/databases/db/docs?id=big/%d$%s", i, tenant), fmt.Sprintf(`{"Pad":%q,"@metadata":{"@collection":"Big"}}`, big))
 	}
-	start := time.Now()
+	// Refused by the replica that cannot send it (a 422 naming the size),
+	// not after the router waited out its attempts on every member (503).
 	r := testcluster.Must(t, 422, "POST", A+"/databases/db/queries", `{"Query":"from Big"}`)
-	if took := time.Since(start); took > 10*time.Second || !strings.Contains(string(r.Body), "ResultTooLarge") {
-		t.Fatalf("an answer too large for the bus: %s after %v", r.Body, took)
+	if !strings.Contains(string(r.Body), "ResultTooLarge") {
+		t.Fatalf("an answer too large for the bus: %s", r.Body)
 	}
 	r = testcluster.Must(t, 200, "POST", A+"/databases/db/queries", `{"Query":"from Big limit 2"}`)
 	var page struct {
