@@ -261,3 +261,54 @@ func TestOnlyBodiesGoToBlobFiles(t *testing.T) {
 		t.Fatalf("blob files hold %d bytes of values, want the large items' %d", m.BlobFiles.ValueSize, want)
 	}
 }
+
+// TestReadOrderFollowsTheDocuments: whole-document reads try the doc key
+// first once they mostly find split items, and the item key first once
+// they mostly find small ones, and read every document right either way,
+// including ones that changed size since the guess was made.
+func TestReadOrderFollowsTheDocuments(t *testing.T) {
+	s := openTest(t, t.TempDir())
+	ctx := context.Background()
+	write := func(big bool, v int) {
+		t.Helper()
+		var ops []Op
+		for i := range 100 {
+			body := fmt.Sprintf(`{"v":%d}`, v)
+			if big {
+				body = bigBody(v)
+			}
+			ops = append(ops, put(fmt.Sprintf("d/%d", i), body))
+		}
+		if _, err := s.Write(ctx, ops); err != nil {
+			t.Fatal(err)
+		}
+	}
+	readAll := func(big bool, v int) {
+		t.Helper()
+		want := fmt.Sprintf(`{"v":%d}`, v)
+		if big {
+			want = bigBody(v)
+		}
+		for i := range 100 {
+			d, err := s.get(itemKey(bucket.ForID(fmt.Sprintf("d/%d", i)), fmt.Sprintf("d/%d", i)), bucket.ForID(fmt.Sprintf("d/%d", i)))
+			if err != nil || string(d.Body) != want {
+				t.Fatalf("d/%d: %v %q, want %q", i, err, d.Body, want)
+			}
+		}
+	}
+	write(false, 1)
+	readAll(false, 1)
+	if s.order.docFirst() {
+		t.Fatal("small documents read: still trying doc keys first")
+	}
+	write(true, 2) // read item key first, then the doc key
+	readAll(true, 2)
+	if !s.order.docFirst() {
+		t.Fatal("split documents read: still trying item keys first")
+	}
+	write(false, 3) // read doc key first, find none, then the item key
+	readAll(false, 3)
+	if _, err := s.get(itemKey(bucket.ForID("none"), "none"), bucket.ForID("none")); err != ErrNotFound {
+		t.Fatalf("missing document: %v", err)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -51,6 +52,7 @@ type Options struct {
 // Store is one shard replica's document storage.
 type Store struct {
 	db     *pebble.DB
+	order  readOrder // which key a whole-document read tries first
 	dbid   string
 	tag    string
 	logger *slog.Logger
@@ -446,32 +448,87 @@ func (s *Store) LastEtag() uint64 {
 }
 
 // get returns the committed item (document or tombstone) under key, with
-// its body. A split item is kept whole under its doc key, and one read of
-// it is enough: the doc key is read first, and the item key only when it
-// is absent (a small item, a tombstone, or no item). An item that became
-// split between the two reads is read again.
+// its body. A split item is kept whole under its doc key, where one read
+// finds it; any other item only under its item key. Which key a read
+// tries first follows what this replica's recent reads found (see
+// readOrder), so a replica of large documents reads once, and one of small
+// documents does not pay for a doc key it never has. An item that changed
+// between the two reads is read again.
 func (s *Store) get(key []byte, bucket uint32) (*Document, error) {
 	dkey := docKey(key)
+	docFirst := s.order.docFirst()
 	for attempt := 0; ; attempt++ {
-		v, closer, err := s.db.Get(dkey)
-		switch {
-		case err == nil:
-			d, err := decodeItem(bucket, v)
-			_ = closer.Close()
-			if err != nil {
-				return nil, fmt.Errorf("doc key of %q: %w", key[5:], err)
+		if docFirst {
+			d, err := s.getWhole(dkey, bucket)
+			if err == nil {
+				s.order.note(true)
+				return d, nil
 			}
-			return d, nil
-		case !errors.Is(err, pebble.ErrNotFound):
-			return nil, err
+			if !errors.Is(err, ErrNotFound) {
+				return nil, err
+			}
 		}
 		d, err := s.getMeta(key, bucket)
 		if err != nil || !d.bodyElsewhere {
+			if err == nil || errors.Is(err, ErrNotFound) {
+				s.order.note(false)
+			}
 			return d, err
+		}
+		if !docFirst {
+			s.order.note(true)
+			d, err := s.getWhole(dkey, bucket)
+			if !errors.Is(err, ErrNotFound) {
+				return d, err
+			}
 		}
 		if attempt == 100 {
 			return nil, fmt.Errorf("item %q: split, and its doc key missing: %w", key[5:], errCorruptItem)
 		}
+		docFirst = true // it is split now: its doc key next
+	}
+}
+
+// getWhole returns the split item kept whole under doc key dkey, or
+// ErrNotFound.
+func (s *Store) getWhole(dkey []byte, bucket uint32) (*Document, error) {
+	v, closer, err := s.db.Get(dkey)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer closer.Close()
+	d, err := decodeItem(bucket, v)
+	if err != nil {
+		return nil, fmt.Errorf("doc key of %q: %w", dkey[5:], err)
+	}
+	return d, nil
+}
+
+// readOrder tells whether this replica's whole-document reads have lately
+// found split items (kept under a doc key) more often than others. It is
+// a guess that decides which key a read tries first, never what it
+// returns; racing updates only blur it.
+type readOrder struct {
+	split, other atomic.Int64
+}
+
+// readOrderSpan is how many reads the guess mostly rests on: past it, both
+// counts are halved, so the guess follows a change of workload.
+const readOrderSpan = 1 << 12
+
+func (o *readOrder) docFirst() bool { return o.split.Load() >= o.other.Load() }
+
+func (o *readOrder) note(split bool) {
+	c := &o.other
+	if split {
+		c = &o.split
+	}
+	if c.Add(1) > readOrderSpan {
+		o.split.Store(o.split.Load() / 2)
+		o.other.Store(o.other.Load() / 2)
 	}
 }
 
