@@ -280,14 +280,11 @@ func (d *Driver) moveRacer(ctx context.Context, db string, rec *raftfsm.Database
 	return false, nil
 }
 
-// inSpans reports whether b lies in one of spans.
+// inSpans reports whether b lies in one of spans (ascending and disjoint,
+// as refill builds them).
 func inSpans(spans []raftfsm.BucketSpan, b uint32) bool {
-	for _, sp := range spans {
-		if b >= sp.From && b <= sp.To {
-			return true
-		}
-	}
-	return false
+	i := sort.Search(len(spans), func(i int) bool { return spans[i].To >= b })
+	return i < len(spans) && spans[i].From <= b
 }
 
 // forgetEnded drops what the driver kept for operations of rec that ended
