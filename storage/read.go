@@ -64,7 +64,14 @@ func (s *Store) Changes(after uint64, limit int) ([]*Document, error) {
 	if after >= durable {
 		return nil, nil
 	}
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: etagKey(after + 1), UpperBound: etagKey(durable + 1)})
+	// Entries and items are read from one state. An item read from a
+	// later one may have been rewritten since its entry, under a newer
+	// etag (perhaps not durable yet): out of feed order, and a replicator
+	// that takes the last item's etag as its progress would move past
+	// entries it never sent.
+	snap := s.db.NewSnapshot()
+	defer closeQuietly(snap)
+	it, err := snap.NewIter(&pebble.IterOptions{LowerBound: etagKey(after + 1), UpperBound: etagKey(durable + 1)})
 	if err != nil {
 		return nil, fmt.Errorf("changes after %d: %w", after, err)
 	}
@@ -77,7 +84,7 @@ func (s *Store) Changes(after uint64, limit int) ([]*Document, error) {
 		}
 		b := binary.BigEndian.Uint32(ref)
 		key := append([]byte{prefixItem}, ref...)
-		d, err := s.get(key, b)
+		d, err := s.getFrom(snap, key, b)
 		if err != nil {
 			return nil, fmt.Errorf("changes after %d: item %q: %w", after, ref[4:], err)
 		}

@@ -455,11 +455,16 @@ func (s *Store) LastEtag() uint64 {
 // documents does not pay for a doc key it never has. An item that changed
 // between the two reads is read again.
 func (s *Store) get(key []byte, bucket uint32) (*Document, error) {
+	return s.getFrom(s.db, key, bucket)
+}
+
+// getFrom is get from r: the store's latest state, or a snapshot of it.
+func (s *Store) getFrom(r pebble.Reader, key []byte, bucket uint32) (*Document, error) {
 	dkey := docKey(key)
 	docFirst := s.order.docFirst()
 	for attempt := 0; ; attempt++ {
 		if docFirst {
-			d, err := s.getWhole(dkey, bucket)
+			d, err := getWhole(r, dkey, bucket)
 			if err == nil {
 				s.order.note(true)
 				return d, nil
@@ -468,7 +473,7 @@ func (s *Store) get(key []byte, bucket uint32) (*Document, error) {
 				return nil, err
 			}
 		}
-		d, err := s.getMeta(key, bucket)
+		d, err := getMeta(r, key, bucket)
 		if err != nil || !d.bodyElsewhere {
 			if err == nil || errors.Is(err, ErrNotFound) {
 				s.order.note(false)
@@ -477,7 +482,7 @@ func (s *Store) get(key []byte, bucket uint32) (*Document, error) {
 		}
 		if !docFirst {
 			s.order.note(true)
-			d, err := s.getWhole(dkey, bucket)
+			d, err := getWhole(r, dkey, bucket)
 			if !errors.Is(err, ErrNotFound) {
 				return d, err
 			}
@@ -491,8 +496,8 @@ func (s *Store) get(key []byte, bucket uint32) (*Document, error) {
 
 // getWhole returns the split item kept whole under doc key dkey, or
 // ErrNotFound.
-func (s *Store) getWhole(dkey []byte, bucket uint32) (*Document, error) {
-	v, closer, err := s.db.Get(dkey)
+func getWhole(r pebble.Reader, dkey []byte, bucket uint32) (*Document, error) {
+	v, closer, err := r.Get(dkey)
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil, ErrNotFound
 	}
@@ -532,10 +537,10 @@ func (o *readOrder) note(split bool) {
 	}
 }
 
-// getMeta returns the committed item under key, without a body kept under
-// its body key.
-func (s *Store) getMeta(key []byte, bucket uint32) (*Document, error) {
-	v, closer, err := s.db.Get(key)
+// getMeta returns the item under key in r, without the body of a split
+// item (kept whole under its doc key).
+func getMeta(r pebble.Reader, key []byte, bucket uint32) (*Document, error) {
+	v, closer, err := r.Get(key)
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil, ErrNotFound
 	}
