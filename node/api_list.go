@@ -340,6 +340,9 @@ const listCheckEvery = 1024
 // that the check lets through saw every bucket the router's record gives
 // this shard.
 func (l *localReplica) list(ctx context.Context, a listArgs) ([]listKey, error) {
+	if err := l.servesClients(); err != nil {
+		return nil, err
+	}
 	f := a.filter()
 	top := topK[listKey]{k: a.Limit, cmp: cmpListKeys}
 	seen := 0
@@ -404,6 +407,7 @@ func (n *Node) serveShardList(ctx context.Context, data []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	l.routed = true
 	keys, err := l.list(ctx, req.Args)
 	if err != nil {
 		return nil, err

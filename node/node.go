@@ -63,6 +63,7 @@ type Node struct {
 	// incarnation is random and new at every start; heartbeats carry it so
 	// peers notice a restart that was faster than their down detection.
 	incarnation string
+	catchUps    catchUps    // replicas behind their peers, skipped by routed requests
 	ready       atomic.Bool // Start finished: the node serves its databases
 	removed     atomic.Bool // raft's configuration no longer lists this node
 	regKick     chan struct{}
@@ -104,7 +105,7 @@ func Start(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Nod
 	n.cache = pebble.NewCache(256 << 20)
 	n.replicas = newReplicaSet(cfg.DatabasesDir(), cfg.Node.Tag, n.cache, storage.NewDocCache(cfg.Storage.DocCacheBytes), busTransport{n}, logger)
 	n.replicas.newAgent = func(db string, shard int, s *storage.Store) io.Closer {
-		return agentCloser{resharding.NewAgent(reshardCluster{n}, db, shard, s, logger)}
+		return agentCloser{a: resharding.NewAgent(reshardCluster{n}, db, shard, s, logger), catchUp: n.startCatchUp(db, shard, s)}
 	}
 	if n.bus, err = startBus(cfg); err != nil {
 		return nil, err
@@ -392,10 +393,15 @@ func (n *Node) databaseNames() []string {
 	return out
 }
 
-// agentCloser adapts a resharding agent to io.Closer.
-type agentCloser struct{ a *resharding.Agent }
+// agentCloser stops what runs beside an open replica: its resharding
+// agent and its catching up with its peers.
+type agentCloser struct {
+	a       *resharding.Agent
+	catchUp func()
+}
 
 func (c agentCloser) Close() error {
+	c.catchUp()
 	c.a.Close()
 	return nil
 }

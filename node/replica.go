@@ -89,11 +89,27 @@ type localReplica struct {
 	shard int
 	s     *storage.Store
 	rep   *replication.Replicator
+	// routed marks a replica reached by a request routed through the
+	// database (not "{db}${n}"): its client reads and writes are refused
+	// while it catches up with its peers (see catchUps).
+	routed bool
+}
+
+// servesClients refuses a routed client request while the replica catches
+// up with its peers.
+func (l *localReplica) servesClients() error {
+	if l.routed && l.n.catchUps.isBehind(l.db, l.shard) {
+		return errCatchingUp(l.n, l.db, l.shard)
+	}
+	return nil
 }
 
 func (l *localReplica) node() string { return l.n.cfg.Node.Tag }
 
 func (l *localReplica) get(_ context.Context, ids []string, recordEtag uint64) ([]*storage.Document, error) {
+	if err := l.servesClients(); err != nil {
+		return nil, err
+	}
 	out := make([]*storage.Document, len(ids))
 	// Read, then check the purge floor: a purge raises the floor before it
 	// writes, so a read that the check lets through came before the purge.
@@ -114,6 +130,9 @@ func (l *localReplica) get(_ context.Context, ids []string, recordEtag uint64) (
 }
 
 func (l *localReplica) write(ctx context.Context, ops []storage.Op, wc writeConcern, routed uint64) ([]storage.Result, error) {
+	if err := l.servesClients(); err != nil {
+		return nil, err
+	}
 	fence := l.n.replicas.fence(l.db, l.shard)
 	g := fence.enter()
 	if err := l.n.guardWrites(l.db, l.shard, ops, routed); err != nil {
@@ -142,6 +161,9 @@ func (l *localReplica) write(ctx context.Context, ops []storage.Op, wc writeConc
 }
 
 func (l *localReplica) query(_ context.Context, a queryArgs) (queryAnswer, error) {
+	if err := l.servesClients(); err != nil {
+		return queryAnswer{}, err
+	}
 	q, err := rql.Parse(a.Query, a.Params)
 	if err != nil {
 		return queryAnswer{}, badRequest("%v", err)
@@ -448,6 +470,9 @@ func (n *Node) registerShardRPC() {
 			return nil, req, badRequest("decode shard request: %v", err)
 		}
 		l, err := n.local(req.DB, req.Shard)
+		if l != nil {
+			l.routed = true // every client request over the bus was routed
+		}
 		return l, req, err
 	}
 	n.rpcHandlers["shard.get"] = func(ctx context.Context, data []byte) (any, error) {
@@ -477,6 +502,7 @@ func (n *Node) registerShardRPC() {
 		if err != nil {
 			return nil, err
 		}
+		l.routed = true
 		return l.write(ctx, req.Ops, writeConcern{Replicas: req.WaitFor, Timeout: req.WaitTimeout}, req.RecordEtag)
 	}
 	// The JSON form, for writes from nodes of earlier versions.

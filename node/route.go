@@ -133,6 +133,7 @@ func (n *Node) attempt(ctx context.Context, db string, shard int, tag string, re
 		if err != nil {
 			return err
 		}
+		l.routed = true
 		return closedAsUnavailable(fn(ctx, l))
 	}
 	timeout := writeAttemptTimeout + extra

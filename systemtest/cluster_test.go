@@ -283,3 +283,55 @@ func TestRestartedNodeServesOnlyTheCurrentState(t *testing.T) {
 		t.Fatalf("GET of a database created while the node was down: %d %s", r.Status, r.Body)
 	}
 }
+
+// TestRestartedReplicaServesOnlyOnceCaughtUp: while one replica's node is
+// down, the other takes new versions of every document. Once the node is
+// back and ready, routed reads through a third node must return the new
+// versions at once (the restarted replica, behind, is skipped until its
+// peer's changes have reached it), and a write with If-Match set to an old
+// change vector is refused: it would replace an acknowledged version.
+func TestRestartedReplicaServesOnlyOnceCaughtUp(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{Nodes: 3})
+	A := c.URL(0)
+	testcluster.Must(t, 201, "PUT", A+"/admin/databases/db", `{"Shards":1,"ReplicationFactor":2}`)
+	members := shardMembers(t, A, "db")[0]
+	down, up := memberByTag(c, members[0]), memberByTag(c, members[1])
+	var third *testcluster.Member
+	for _, m := range c.Members {
+		if m != down && m != up {
+			third = m
+		}
+	}
+	const docs = 3000
+	bulk := func(url string, v int) {
+		var cmds []string
+		for i := range docs {
+			cmds = append(cmds, fmt.Sprintf(`{"Type":"PUT","Id":"x/%d","Document":{"V":%d}}`, i, v))
+		}
+		testcluster.Must(t, 201, "POST", url+"/databases/db/bulk_docs?waitForReplicas=1", `{"Commands":[`+join(cmds)+`]}`)
+	}
+	bulk(up.URL(), 1)
+	testcluster.WaitFor(t, 30*time.Second, "both replicas to hold V1", func() error { return converged(t, c, "db") })
+	old := testcluster.Must(t, 200, "GET", up.URL()+"/databases/db/docs?id=x/0", "").JSON(t)
+	oldCV := old["Results"].([]any)[0].(map[string]any)["@metadata"].(map[string]any)["@change-vector"].(string)
+	down.Stop()
+	bulk(up.URL(), 2)
+	down.Start()
+	ids := ""
+	for i := range docs {
+		ids += fmt.Sprintf("&id=x/%d", i)
+		if (i+1)%500 == 0 {
+			r := testcluster.Must(t, 200, "GET", third.URL()+"/databases/db/docs?"+ids[1:], "").JSON(t)
+			for _, d := range r["Results"].([]any) {
+				if d := d.(map[string]any); d["V"] != float64(2) {
+					t.Fatalf("%v read through %s just after %s restarted: V %v, want 2", d["@metadata"].(map[string]any)["@id"], third.Tag, down.Tag, d["V"])
+				}
+			}
+			ids = ""
+		}
+	}
+	r, _ := testcluster.Do("PUT", third.URL()+"/databases/db/docs?id=x/0", `{"V":3}`, "If-Match", oldCV)
+	if r.Status != 409 {
+		t.Fatalf("a write based on the version before the restart: %d %s, want 409", r.Status, r.Body)
+	}
+}

@@ -1,0 +1,126 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/shardnode/shardnode/storage"
+)
+
+// catchUpTimeout bounds how long a replica that opened on this node keeps
+// client requests away while it catches up with its peers: past it, it
+// serves what it has (a peer that answers but sends nothing must not keep
+// a shard from being served for ever).
+const catchUpTimeout = 30 * time.Second
+
+// catchUps marks the replicas of this node that are behind their peers:
+// ones that opened after a restart, or that were just placed here, while
+// the other members took writes. Routed client requests (reads, writes,
+// queries, listings) skip such a replica for another member; it would
+// answer from old data, and a write based on that (an If-Match with the
+// change vector it served) would replace an acknowledged newer version.
+// Reads through "{db}${n}" still see it as it is.
+type catchUps struct {
+	mu     sync.Mutex
+	behind map[replicaKey]bool
+}
+
+func (c *catchUps) set(k replicaKey, behind bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.behind == nil {
+		c.behind = map[replicaKey]bool{}
+	}
+	if behind {
+		c.behind[k] = true
+	} else {
+		delete(c.behind, k)
+	}
+}
+
+func (c *catchUps) isBehind(db string, shard int) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.behind[replicaKey{db, shard}]
+}
+
+// errCatchingUp refuses a routed client request to a replica that is
+// catching up; it is retryable, so the router tries another member.
+func errCatchingUp(n *Node, db string, shard int) error {
+	return &apiError{Status: http.StatusServiceUnavailable, Type: "ShardCatchingUp",
+		Msg: fmt.Sprintf("shard %d of %q on node %s is catching up with its other replicas; ask another member", shard, db, n.cfg.Node.Tag)}
+}
+
+// startCatchUp marks the replica just opened as behind and, until ctx ends,
+// catches it up: it asks every other member for its database id and last
+// etag, and waits until this replica's replication progress from each
+// reaches that etag. A member that does not answer is not waited for.
+// The returned closer stops it.
+func (n *Node) startCatchUp(db string, shard int, s *storage.Store) func() {
+	k := replicaKey{db, shard}
+	n.catchUps.set(k, true)
+	ctx, cancel := context.WithTimeout(n.runCtx, catchUpTimeout)
+	done := make(chan struct{})
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		defer close(done)
+		defer n.catchUps.set(k, false)
+		start := time.Now()
+		if err := n.catchUp(ctx, db, shard, s); err != nil && n.runCtx.Err() == nil {
+			n.logger.Warn("replica serves before it caught up with its peers", "db", db, "shard", shard, "err", err)
+			return
+		}
+		if d := time.Since(start); d > 100*time.Millisecond {
+			n.logger.Info("replica caught up with its peers", "db", db, "shard", shard, "took", d)
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
+func (n *Node) catchUp(ctx context.Context, db string, shard int, s *storage.Store) error {
+	rec := n.recordOf(db)
+	if rec == nil || rec.Sharding.Shards[shard] == nil {
+		return nil
+	}
+	want := map[string]uint64{} // peer replica's database id → its last etag
+	for _, tag := range rec.Sharding.Shards[shard].Members {
+		if tag == n.cfg.Node.Tag || n.health.knownDown(tag) {
+			continue
+		}
+		sctx, cancel := context.WithTimeout(ctx, readAttemptTimeout)
+		st, err := (&remoteReplica{n: n, tag: tag, db: db, shard: shard}).stats(sctx)
+		cancel()
+		if err != nil {
+			continue // not there (yet), or down: nothing to wait for
+		}
+		if st.LastEtag > 0 && st.DatabaseID != "" {
+			want[st.DatabaseID] = st.LastEtag
+		}
+	}
+	for {
+		changed := s.Changed()
+		behind := false
+		for id, etag := range want {
+			behind = behind || s.ReplicationProgress(id) < etag
+		}
+		if !behind {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return errors.New("timed out")
+			}
+			return ctx.Err()
+		}
+	}
+}
