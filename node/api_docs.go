@@ -139,7 +139,9 @@ func notModified(w http.ResponseWriter, r *http.Request, cv string) bool {
 // document's change vector cv: "*" (any version), a list of quoted ETags
 // (RFC 9110; a change vector holds commas, so only quotes delimit them; a
 // weak W/ prefix compares the same), or one unquoted change vector, as
-// RavenDB's clients send it.
+// RavenDB's clients send it. Change vectors match as If-Match compares
+// them, by their version parts: the replicas of a moved document each
+// give it their own order part.
 func etagListMatches(inm, cv string) bool {
 	inm = strings.TrimSpace(inm)
 	switch {
@@ -148,7 +150,7 @@ func etagListMatches(inm, cv string) bool {
 	case inm == "*":
 		return true
 	case !strings.Contains(inm, `"`):
-		return inm == cv
+		return sameVersion(inm, cv)
 	}
 	for {
 		open := strings.IndexByte(inm, '"')
@@ -159,11 +161,28 @@ func etagListMatches(inm, cv string) bool {
 		if end < 0 {
 			return false
 		}
-		if inm[open+1:open+1+end] == cv {
+		if sameVersion(inm[open+1:open+1+end], cv) {
 			return true
 		}
 		inm = inm[open+1+end+1:]
 	}
+}
+
+// sameVersion reports whether change vectors a and b are the same text or
+// have causally equal version parts.
+func sameVersion(a, b string) bool {
+	if a == b {
+		return true
+	}
+	ca, err := changevector.Parse(a)
+	if err != nil {
+		return false
+	}
+	cb, err := changevector.Parse(b)
+	if err != nil {
+		return false
+	}
+	return changevector.Compare(ca.Version, cb.Version) == changevector.Equal
 }
 
 // maxPooledAnswer bounds the buffers kept for reuse: a rare answer of

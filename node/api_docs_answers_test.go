@@ -4,27 +4,33 @@ import "testing"
 
 // TestETagListMatches: If-None-Match as RFC 9110 writes it (a list of quoted
 // ETags, weak or not, or "*") and as RavenDB's clients send it (one change
-// vector, maybe unquoted, which holds commas).
+// vector, maybe unquoted, which holds commas), compared by version parts
+// as If-Match is: each replica of a moved document gives it its own order
+// part.
 func TestETagListMatches(t *testing.T) {
 	const cv = "A:3-x, B:1-y"
+	const moved = "A:9-o1, MOVE:3-db|A:3-x, B:1-y"
 	for _, c := range []struct {
-		inm  string
-		want bool
+		inm, cv string
+		want    bool
 	}{
-		{"", false},
-		{"*", true},
-		{cv, true},
-		{`"` + cv + `"`, true},
-		{` "` + cv + `" `, true},
-		{`"other", "` + cv + `"`, true},
-		{`W/"` + cv + `"`, true},
-		{`"other", W/"A:3-x"`, false},
-		{"A:3-x", false},
-		{`"A:3-x, B:1-y`, false},
-		{`"A:3-x", "B:1-y"`, false},
+		{"", cv, false},
+		{"*", cv, true},
+		{cv, cv, true},
+		{`"` + cv + `"`, cv, true},
+		{` "` + cv + `" `, cv, true},
+		{`"other", "` + cv + `"`, cv, true},
+		{`W/"` + cv + `"`, cv, true},
+		{`"other", W/"A:3-x"`, cv, false},
+		{"A:3-x", cv, false},
+		{`"A:3-x, B:1-y`, cv, false},
+		{`"A:3-x", "B:1-y"`, cv, false},
+		{`"B:7-o2, MOVE:3-db|A:3-x, B:1-y"`, moved, true},
+		{`"B:7-o2, MOVE:3-db|A:4-x, B:1-y"`, moved, false},
+		{cv, moved, true},
 	} {
-		if got := etagListMatches(c.inm, cv); got != c.want {
-			t.Errorf("If-None-Match %q: %v, want %v", c.inm, got, c.want)
+		if got := etagListMatches(c.inm, c.cv); got != c.want {
+			t.Errorf("If-None-Match %q against %q: %v, want %v", c.inm, c.cv, got, c.want)
 		}
 	}
 }
