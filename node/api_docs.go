@@ -298,7 +298,7 @@ func (n *Node) fetchDocsOnce(ctx context.Context, t target, ids []string) ([]*st
 func (n *Node) readShard(ctx context.Context, t target, shard int, ids []string) ([]*storage.Document, error) {
 	var docs []*storage.Document
 	err := n.onShard(ctx, t, shard, true, func(ctx context.Context, rep shardReplica) error {
-		got, err := rep.get(ctx, ids, t.rec.Etag)
+		got, err := getInParts(ctx, rep, ids, t.rec.Etag)
 		if err == nil && len(got) != len(ids) {
 			err = fmt.Errorf("shard %d answered %d documents for %d ids", shard, len(got), len(ids))
 		}
@@ -306,6 +306,28 @@ func (n *Node) readShard(ctx context.Context, t target, shard int, ids []string)
 		return err
 	})
 	return docs, err
+}
+
+// getInParts reads ids from rep. A replica on another node answers in one
+// bus message, which a few large documents can outgrow (any one document
+// fits: documents are limited to what a message carries); such a read is
+// asked again in halves.
+func getInParts(ctx context.Context, rep shardReplica, ids []string, recordEtag uint64) ([]*storage.Document, error) {
+	got, err := rep.get(ctx, ids, recordEtag)
+	var ae *apiError
+	if err == nil || len(ids) < 2 || !errors.As(err, &ae) || ae.Type != "ResultTooLarge" {
+		return got, err
+	}
+	half := len(ids) / 2
+	first, err := getInParts(ctx, rep, ids[:half], recordEtag)
+	if err != nil {
+		return nil, err
+	}
+	rest, err := getInParts(ctx, rep, ids[half:], recordEtag)
+	if err != nil {
+		return nil, err
+	}
+	return append(first, rest...), nil
 }
 
 // renderedSize is at least what renderDoc appends for d, unless its

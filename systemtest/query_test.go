@@ -15,7 +15,8 @@ import (
 // An answer too large for one bus message is refused with
 // ResultTooLarge by the replica that cannot send it, not with a 503 after
 // the asking node waited out its attempts; with a limit the same query
-// answers.
+// answers, and reads by id (a multi-id GET, a listing's page) are asked
+// again in parts that fit.
 func TestQueryPagesAcrossNodes(t *testing.T) {
 	c := testcluster.Start(t, testcluster.Options{Nodes: 2})
 	A := c.URL(0)
@@ -76,6 +77,18 @@ func TestQueryPagesAcrossNodes(t *testing.T) {
 	r := testcluster.Must(t, 422, "POST", A+"/databases/db/queries", `{"Query":"from Big"}`)
 	if !strings.Contains(string(r.Body), "ResultTooLarge") {
 		t.Fatalf("an answer too large for the bus: %s", r.Body)
+	}
+	// A read of them all by id, and a listing (which reads its page by id),
+	// are asked again in parts that fit.
+	ids := ""
+	for i := range 20 {
+		ids += fmt.Sprintf("&id=big/%d$%s", i, tenant)
+	}
+	for _, path := range []string{"/databases/db/docs?" + ids[1:], "/databases/db/docs?startsWith=big/"} {
+		var got struct{ Results []json.RawMessage }
+		if err := json.Unmarshal(testcluster.Must(t, 200, "GET", A+path, "").Body, &got); err != nil || len(got.Results) != 20 {
+			t.Fatalf("GET %.60s: %d documents (%v), want 20", path, len(got.Results), err)
+		}
 	}
 	r = testcluster.Must(t, 200, "POST", A+"/databases/db/queries", `{"Query":"from Big limit 2"}`)
 	var page struct {
