@@ -31,14 +31,21 @@ func targetShards(t target) []int {
 
 // eachShard runs fn for every shard of t in parallel, each on one replica.
 func (n *Node) eachShard(ctx context.Context, t target, fn func(ctx context.Context, shard int, rep shardReplica) error) error {
-	shards := targetShards(t)
+	return forShards(targetShards(t), func(_, sn int) error {
+		return n.onShard(ctx, t, sn, true, func(ctx context.Context, rep shardReplica) error { return fn(ctx, sn, rep) })
+	})
+}
+
+// forShards runs fn for every shard (i is its index in shards) at once,
+// and returns the error of the first shard, in that order, that failed.
+func forShards(shards []int, fn func(i, shard int) error) error {
 	errs := make([]error, len(shards))
 	var wg sync.WaitGroup
 	for i, sn := range shards {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = n.onShard(ctx, t, sn, true, func(ctx context.Context, rep shardReplica) error { return fn(ctx, sn, rep) })
+			errs[i] = fn(i, sn)
 		}()
 	}
 	wg.Wait()

@@ -252,33 +252,24 @@ func (n *Node) listShards(ctx context.Context, t target, a listArgs) ([]listKey,
 	if t.shard < 0 {
 		a.Owners, a.RecordEtag = t.rec.Sharding.BucketRanges, t.rec.Etag
 	}
-	shards := targetShards(t)
 	merged := topK[listKey]{k: a.Limit, cmp: cmpListKeys}
 	var mu sync.Mutex
-	errs := make([]error, len(shards))
-	var wg sync.WaitGroup
-	for i, shard := range shards {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var keys []listKey
-			errs[i] = n.onShardWithin(ctx, t, shard, true, queryScanAllowance, func(ctx context.Context, rep shardReplica) error {
-				var err error
-				keys, err = rep.list(ctx, a)
-				return err
-			})
-			if errs[i] == nil {
-				mu.Lock()
-				mergeCandidates(&merged, keys)
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return nil, err
+	err := forShards(targetShards(t), func(_, shard int) error {
+		var keys []listKey
+		err := n.onShardWithin(ctx, t, shard, true, queryScanAllowance, func(ctx context.Context, rep shardReplica) error {
+			var err error
+			keys, err = rep.list(ctx, a)
+			return err
+		})
+		if err == nil {
+			mu.Lock()
+			mergeCandidates(&merged, keys)
+			mu.Unlock()
 		}
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
 	return merged.sorted(), nil
 }

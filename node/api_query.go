@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/shardnode/shardnode/rql"
@@ -126,22 +125,17 @@ func (n *Node) queryShards(ctx context.Context, t target, req queryRequest, keep
 	shards := targetShards(t)
 	perShard := make([][]queryHit, len(shards))
 	totals := make([]int, len(shards))
-	errs := make([]error, len(shards))
-	var wg sync.WaitGroup
-	for i, shard := range shards {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			perShard[i], totals[i], errs[i] = n.queryShard(ctx, t, shard, req, keep)
-		}()
+	err := forShards(shards, func(i, shard int) error {
+		var err error
+		perShard[i], totals[i], err = n.queryShard(ctx, t, shard, req, keep)
+		return err
+	})
+	if err != nil {
+		return nil, 0, err
 	}
-	wg.Wait()
 	total := 0
-	for i, err := range errs {
-		if err != nil {
-			return nil, 0, err
-		}
-		total += totals[i]
+	for _, c := range totals {
+		total += c
 	}
 	return perShard, total, nil
 }
