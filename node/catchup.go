@@ -52,7 +52,7 @@ func (c *catchUps) isBehind(db string, shard int) bool {
 // catching up; it is retryable, so the router tries another member.
 func errCatchingUp(n *Node, db string, shard int) error {
 	return &apiError{Status: http.StatusServiceUnavailable, Type: "ShardCatchingUp",
-		Msg: fmt.Sprintf("shard %d of %q on node %s is catching up with its other replicas; ask another member", shard, db, n.cfg.Node.Tag)}
+		Msg: fmt.Sprintf("shard %d of %q on node %s does not serve yet: the node is starting, or the replica is catching up with its other members; ask another member", shard, db, n.cfg.Node.Tag)}
 }
 
 // startCatchUp marks the replica just opened as behind and, until ctx ends,
@@ -92,14 +92,22 @@ func (n *Node) catchUp(ctx context.Context, db string, shard int, s *storage.Sto
 	}
 	want := map[string]uint64{} // peer replica's database id → its last etag
 	for _, tag := range rec.Sharding.Shards[shard].Members {
-		if tag == n.cfg.Node.Tag || n.health.knownDown(tag) {
+		if tag == n.cfg.Node.Tag {
+			continue
+		}
+		if n.health.knownDown(tag) {
+			n.logger.Info("replica does not wait for a member that is down", "db", db, "shard", shard, "member", tag)
 			continue
 		}
 		sctx, cancel := context.WithTimeout(ctx, readAttemptTimeout)
 		st, err := (&remoteReplica{n: n, tag: tag, db: db, shard: shard}).stats(sctx)
 		cancel()
 		if err != nil {
-			continue // not there (yet), or down: nothing to wait for
+			// Not there (yet), or down: nothing to wait for. What only it
+			// holds is served once it is back (docs/operations.md, "What
+			// holds").
+			n.logger.Info("replica does not wait for a member it cannot reach", "db", db, "shard", shard, "member", tag, "err", err)
+			continue
 		}
 		if st.LastEtag > 0 && st.DatabaseID != "" {
 			want[st.DatabaseID] = st.LastEtag

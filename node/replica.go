@@ -95,10 +95,11 @@ type localReplica struct {
 	routed bool
 }
 
-// servesClients refuses a routed client request while the replica catches
-// up with its peers.
+// servesClients refuses a routed client request while this node is
+// starting (its replicas may not follow the current records yet) or the
+// replica catches up with its peers.
 func (l *localReplica) servesClients() error {
-	if l.routed && l.n.catchUps.isBehind(l.db, l.shard) {
+	if l.routed && (!l.n.ready.Load() || l.n.catchUps.isBehind(l.db, l.shard)) {
 		return errCatchingUp(l.n, l.db, l.shard)
 	}
 	return nil
