@@ -644,7 +644,7 @@ func (t busTransport) errStarting() error {
 	if t.n.ready.Load() {
 		return nil
 	}
-	return unavailable("node %s is starting: it replicates once it has caught up with the cluster", t.n.cfg.Node.Tag)
+	return fmt.Errorf("node %s is starting: it replicates once it has caught up with the cluster: %w", t.n.cfg.Node.Tag, replication.ErrNotReady)
 }
 
 func (t busTransport) Progress(ctx context.Context, peer string, req *replication.ProgressRequest) (*replication.ProgressReply, error) {

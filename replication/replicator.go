@@ -2,6 +2,7 @@ package replication
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -285,10 +286,19 @@ func (r *Replicator) fail(s *sender, err error) {
 	changed := s.err != err.Error()
 	s.err = err.Error()
 	r.mu.Unlock()
-	if changed {
+	switch {
+	case !changed:
+	case errors.Is(err, ErrNotReady):
+		r.logger.Debug("replication to peer waits for this node to be ready", "peer", s.peer, "err", err)
+	default:
 		r.logger.Warn("replication to peer failing; retrying", "peer", s.peer, "err", err)
 	}
 }
+
+// ErrNotReady is what a Transport answers while its node may not send yet
+// (it is starting): an expected wait, retried like any failure but not
+// reported as one.
+var ErrNotReady = errors.New("not ready to replicate yet")
 
 func cmpString(a, b string) int {
 	switch {
