@@ -25,6 +25,7 @@ func (n *Node) routes() http.Handler {
 	mux.HandleFunc("DELETE /cluster/nodes/{tag}", n.handleRemoveNode)
 	mux.HandleFunc("POST /internal/raft/apply", n.handleApply)
 	mux.HandleFunc("POST /internal/raft/read-index", n.handleReadIndex)
+	mux.HandleFunc("POST /internal/raft/commit-index", n.handleCommitIndex)
 	mux.HandleFunc("POST /admin/raft/snapshot", n.handleRaftSnapshot)
 	mux.HandleFunc("GET /databases/{db}/conflicts", n.handleConflicts)
 	mux.HandleFunc("POST /databases/{db}/resharding", n.handleStartResharding)

@@ -294,6 +294,15 @@ func (n *Node) waitCaughtUp(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("wait for raft log replay: %w", err)
 	}
+	if err := n.waitAppliedThrough(ctx, index); err != nil {
+		return err
+	}
+	return n.replicas.waitFor(ctx, n.fsm.AppliedIndex())
+}
+
+// waitAppliedThrough waits until the state machine applied every raft entry
+// up to index.
+func (n *Node) waitAppliedThrough(ctx context.Context, index uint64) error {
 	// Raft counts an entry applied once it handed it to the state machine,
 	// which applies it later, and only commands reach the state machine
 	// (not barriers or configuration changes): wait for raft to hand over
@@ -312,10 +321,7 @@ func (n *Node) waitCaughtUp(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("wait for raft log replay: %w", err)
 	}
-	if err := n.waitApplied(ctx, last); err != nil {
-		return err
-	}
-	return n.replicas.waitFor(ctx, n.fsm.AppliedIndex())
+	return n.waitApplied(ctx, last)
 }
 
 // readIndex is an index at or beyond every entry committed when it was
@@ -367,6 +373,33 @@ func (n *Node) handleRaftSnapshot(w http.ResponseWriter, _ *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// handleCommitIndex answers a follower's leaderCommitIndex.
+func (n *Node) handleCommitIndex(w http.ResponseWriter, _ *http.Request) {
+	if n.raft.r.State() != raft.Leader {
+		writeError(w, unavailable("node %s is not the raft leader", n.cfg.Node.Tag))
+		return
+	}
+	writeJSON(w, http.StatusOK, applyReply{Index: n.raft.r.CommitIndex()})
+}
+
+// catchUpWithLeader waits, on a follower, until it applied every entry the
+// leader had committed when asked: what a client that was told a command
+// succeeded (through the leader or another node) may already count on.
+func (n *Node) catchUpWithLeader(ctx context.Context) error {
+	if n.raft.r.State() == raft.Leader {
+		return nil
+	}
+	url := n.leaderURL()
+	if url == "" {
+		return errors.New("no leader known")
+	}
+	var rep applyReply
+	if err := n.postJSON(ctx, url+"/internal/raft/commit-index", nil, &rep); err != nil {
+		return err
+	}
+	return n.waitAppliedThrough(ctx, rep.Index)
 }
 
 // handleReadIndex answers a starting node's readIndex.

@@ -1,8 +1,10 @@
 package node
 
 import (
+	"context"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/shardnode/shardnode/raftfsm"
 )
@@ -27,11 +29,16 @@ func (n *Node) resolve(name string) (target, error) {
 	if err := raftfsm.ValidateDatabaseName(name); err != nil {
 		return target{}, badRequest("%v", err)
 	}
-	rec, ok := n.fsm.Record(name)
+	rec, ok := n.recordByName(name)
 	if !ok {
-		// Names are case-insensitive, as in RavenDB: SHOP is shop.
-		if other := n.sameNameOtherCase(name); other != "" {
-			rec, ok = n.fsm.Record(other)
+		// A database created through another node a moment ago may not be
+		// applied here yet: before saying it does not exist, catch up with
+		// what the leader has committed.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := n.catchUpWithLeader(ctx)
+		cancel()
+		if err == nil {
+			rec, ok = n.recordByName(name)
 		}
 	}
 	if !ok {
@@ -43,6 +50,18 @@ func (n *Node) resolve(name string) (target, error) {
 		}
 	}
 	return target{rec: rec, shard: shard}, nil
+}
+
+// recordByName finds a database by any spelling of its name (names are
+// case-insensitive, as in RavenDB: SHOP is shop).
+func (n *Node) recordByName(name string) (*raftfsm.DatabaseRecord, bool) {
+	rec, ok := n.fsm.Record(name)
+	if !ok {
+		if other := n.sameNameOtherCase(name); other != "" {
+			rec, ok = n.fsm.Record(other)
+		}
+	}
+	return rec, ok
 }
 
 // sameNameOtherCase returns the name of the database whose name differs
