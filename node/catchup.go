@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/shardnode/shardnode/storage"
@@ -25,6 +26,7 @@ const catchUpTimeout = 30 * time.Second
 // change vector it served) would replace an acknowledged newer version.
 // Reads through "{db}${n}" still see it as it is.
 type catchUps struct {
+	n      atomic.Int32 // len(behind): every routed read asks, and it is nearly always 0
 	mu     sync.Mutex
 	behind map[replicaKey]bool
 }
@@ -40,9 +42,13 @@ func (c *catchUps) set(k replicaKey, behind bool) {
 	} else {
 		delete(c.behind, k)
 	}
+	c.n.Store(int32(len(c.behind)))
 }
 
 func (c *catchUps) isBehind(db string, shard int) bool {
+	if c.n.Load() == 0 {
+		return false
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.behind[replicaKey{db, shard}]
@@ -55,14 +61,13 @@ func errCatchingUp(n *Node, db string, shard int) error {
 		Msg: fmt.Sprintf("shard %d of %q on node %s does not serve yet: the node is starting, or the replica is catching up with its other members; ask another member", shard, db, n.cfg.Node.Tag)}
 }
 
-// startCatchUp marks the replica just opened as behind and, until ctx ends,
-// catches it up: it asks every other member for its database id and last
-// etag, and waits until this replica's replication progress from each
-// reaches that etag. A member that does not answer is not waited for.
-// The returned closer stops it.
+// startCatchUp catches up the replica just opened: it asks every other
+// member for its database id and last etag and, while this replica's
+// replication progress from one is short of that, marks it behind. A
+// member that does not answer is not waited for. The returned closer
+// stops it.
 func (n *Node) startCatchUp(db string, shard int, s *storage.Store) func() {
 	k := replicaKey{db, shard}
-	n.catchUps.set(k, true)
 	ctx, cancel := context.WithTimeout(n.runCtx, catchUpTimeout)
 	done := make(chan struct{})
 	n.wg.Add(1)
@@ -71,7 +76,7 @@ func (n *Node) startCatchUp(db string, shard int, s *storage.Store) func() {
 		defer close(done)
 		defer n.catchUps.set(k, false)
 		start := time.Now()
-		if err := n.catchUp(ctx, db, shard, s); err != nil && n.runCtx.Err() == nil {
+		if err := n.catchUp(ctx, k, s); err != nil && n.runCtx.Err() == nil {
 			n.logger.Warn("replica serves before it caught up with its peers", "db", db, "shard", shard, "err", err)
 			return
 		}
@@ -85,7 +90,12 @@ func (n *Node) startCatchUp(db string, shard int, s *storage.Store) func() {
 	}
 }
 
-func (n *Node) catchUp(ctx context.Context, db string, shard int, s *storage.Store) error {
+// catchUp marks the replica behind only once a member is known to be
+// ahead of it: a replica of a new database, or of a shard with no other
+// member, never refuses anything (while its node starts, the node's own
+// gate refuses routed requests).
+func (n *Node) catchUp(ctx context.Context, k replicaKey, s *storage.Store) error {
+	db, shard := k.db, k.shard
 	rec := n.recordOf(db)
 	if rec == nil || rec.Sharding.Shards[shard] == nil {
 		return nil
@@ -122,6 +132,7 @@ func (n *Node) catchUp(ctx context.Context, db string, shard int, s *storage.Sto
 		if !behind {
 			return nil
 		}
+		n.catchUps.set(k, true)
 		select {
 		case <-changed:
 		case <-ctx.Done():
