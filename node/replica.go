@@ -346,11 +346,15 @@ func wireDocs(docs []*storage.Document, err error) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	return toWireDocs(docs), nil
+}
+
+func toWireDocs(docs []*storage.Document) []*wireDoc {
 	out := make([]*wireDoc, len(docs))
 	for i, d := range docs {
 		out[i] = toWire(d)
 	}
-	return out, nil
+	return out
 }
 
 func fromWireDocs(docs []*wireDoc) []*storage.Document {
@@ -547,8 +551,7 @@ func (n *Node) registerShardRPC() {
 		if err != nil {
 			return nil, err
 		}
-		docs, _ := wireDocs(ans.Docs, nil)
-		return wireQueryAnswer{Docs: docs.([]*wireDoc), Total: ans.Total}, nil
+		return wireQueryAnswer{Docs: toWireDocs(ans.Docs), Total: ans.Total}, nil
 	}
 	n.rpcHandlers[opShardList] = n.serveShardList
 	n.rpcHandlers["shard.stats"] = func(ctx context.Context, data []byte) (any, error) {

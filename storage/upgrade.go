@@ -47,7 +47,7 @@ func upgradeBodies(db *pebble.DB, logger *slog.Logger) error {
 			}
 			moved++
 		} else {
-			logger.Warn("dropping a body that no item refers to", "key", fmt.Sprintf("%q", bk[5:]))
+			logger.Warn("dropping a body that no item refers to", "key", fmt.Sprintf("%q", bk))
 			dropped++
 		}
 		if err := b.Delete(bytes.Clone(bk), nil); err != nil {
