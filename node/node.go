@@ -69,6 +69,8 @@ type Node struct {
 	regKick     chan struct{}
 	cancel      context.CancelFunc
 	wg          sync.WaitGroup
+	rpcMu       sync.Mutex // guards rpcStopped
+	rpcStopped  bool       // Close began: node-to-node requests start no handler
 	closeMu     sync.Mutex
 	closed      bool
 }
@@ -201,6 +203,9 @@ func (n *Node) Close() error {
 	if n.driver != nil {
 		n.driver.Close()
 	}
+	n.rpcMu.Lock()
+	n.rpcStopped = true
+	n.rpcMu.Unlock()
 	n.wg.Wait()
 	if n.raft != nil {
 		if err := n.raft.close(); err != nil {

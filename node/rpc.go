@@ -45,7 +45,15 @@ func (n *Node) serveRPC(ctx context.Context) (*nats.Subscription, error) {
 		case <-ctx.Done():
 			return
 		}
+		// Close waits on n.wg: no Add may race that Wait.
+		n.rpcMu.Lock()
+		if n.rpcStopped {
+			n.rpcMu.Unlock()
+			<-sem
+			return
+		}
 		n.wg.Add(1)
+		n.rpcMu.Unlock()
 		go func() {
 			defer n.wg.Done()
 			defer func() { <-sem }()
