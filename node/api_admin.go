@@ -40,7 +40,20 @@ type clusterNode struct {
 	LastSeen string `json:"LastSeen,omitempty"`
 }
 
+// clusterAnswer is GET /cluster's answer.
+type clusterAnswer struct {
+	Leader string        `json:"Leader"`
+	Term   uint64        `json:"Term"`
+	Nodes  []clusterNode `json:"Nodes"`
+}
+
 func (n *Node) handleCluster(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, n.clusterAnswer())
+}
+
+// clusterAnswer is this node's view of the cluster: the leader it follows
+// and the members the state lists.
+func (n *Node) clusterAnswer() clusterAnswer {
 	_, leaderID := n.raft.r.LeaderWithID()
 	voters := map[string]bool{}
 	if f := n.raft.r.GetConfiguration(); f.Error() == nil {
@@ -48,11 +61,7 @@ func (n *Node) handleCluster(w http.ResponseWriter, r *http.Request) {
 			voters[string(s.ID)] = s.Suffrage == raft.Voter
 		}
 	}
-	out := struct {
-		Leader string        `json:"Leader"`
-		Term   uint64        `json:"Term"`
-		Nodes  []clusterNode `json:"Nodes"`
-	}{Leader: string(leaderID), Nodes: []clusterNode{}}
+	out := clusterAnswer{Leader: string(leaderID), Nodes: []clusterNode{}}
 	out.Term, _ = strconv.ParseUint(n.raft.r.Stats()["term"], 10, 64)
 	for _, m := range n.fsm.Nodes() {
 		status := "Up"
@@ -65,7 +74,7 @@ func (n *Node) handleCluster(w http.ResponseWriter, r *http.Request) {
 		}
 		out.Nodes = append(out.Nodes, cn)
 	}
-	writeJSON(w, http.StatusOK, out)
+	return out
 }
 
 // handleTopology answers RavenDB clients' GET /topology?name={db}: the

@@ -25,6 +25,10 @@ import (
 // joinRequest is POST /cluster/join's body.
 type joinRequest struct {
 	Node raftfsm.NodeInfo `json:"Node"`
+	// HadState says the node's raft stores held state when it started:
+	// it was a member once. Such a node that raft's configuration does not
+	// list was removed, and may not come back with that state.
+	HadState bool `json:"HadState,omitempty"`
 }
 
 // applyReply is POST /internal/raft/apply's answer: the raft index the
@@ -96,8 +100,13 @@ func (n *Node) ensureRegistered(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	body, _ := json.Marshal(joinRequest{Node: self})
-	return n.postJSON(ctx, url+"/cluster/join", body, nil)
+	body, _ := json.Marshal(joinRequest{Node: self, HadState: n.raft.existing})
+	err := n.postJSON(ctx, url+"/cluster/join", body, nil)
+	if ae := (*apiError)(nil); errors.As(err, &ae) && ae.Type == "NodeRemoved" {
+		n.refuseOnce.Do(func() { close(n.refused) })
+		return fmt.Errorf("%w: %s", ErrRemoved, ae.Msg)
+	}
+	return err
 }
 
 // addMember makes info a raft voter and records it; leader only.
@@ -123,6 +132,21 @@ func (n *Node) addMember(ctx context.Context, info raftfsm.NodeInfo) error {
 		return err
 	}
 	return res.Err
+}
+
+// inRaftConfiguration reports whether raft's latest configuration lists
+// the node tag (at any address), as this node knows it.
+func (n *Node) inRaftConfiguration(tag string) bool {
+	f := n.raft.r.GetConfiguration()
+	if f.Error() != nil {
+		return true // unknown: do not refuse on it
+	}
+	for _, s := range f.Configuration().Servers {
+		if string(s.ID) == tag {
+			return true
+		}
+	}
+	return false
 }
 
 func (n *Node) selfInfo() raftfsm.NodeInfo {
@@ -156,6 +180,11 @@ func (n *Node) handleJoin(w http.ResponseWriter, r *http.Request) {
 	}
 	if n.raft.r.State() != raft.Leader {
 		n.forwardToLeader(w, r, body)
+		return
+	}
+	if req.HadState && !n.inRaftConfiguration(req.Node.Tag) {
+		writeError(w, &apiError{Status: http.StatusConflict, Type: "NodeRemoved",
+			Msg: fmt.Sprintf("node %s was removed from the cluster; its data directory cannot rejoin: start it with an empty data directory to add it again", req.Node.Tag)})
 		return
 	}
 	if err := n.addMember(r.Context(), req.Node); err != nil {
@@ -383,6 +412,14 @@ func (n *Node) registerClusterRPC() {
 			return nil, unavailable("%v", err)
 		}
 		return struct{}{}, nil
+	}
+	// node.cluster answers a restarted node asking whether it was removed
+	// (see removedBy).
+	n.rpcHandlers["node.cluster"] = func(context.Context, []byte) (any, error) {
+		if !n.ready.Load() {
+			return nil, unavailable("node %s is starting", n.cfg.Node.Tag)
+		}
+		return n.clusterAnswer(), nil
 	}
 }
 

@@ -105,6 +105,19 @@ func (h *health) knownDown(tag string) bool {
 	return ok && time.Since(seen) >= downAfter
 }
 
+// heardFrom lists the other nodes heard from, in no particular order.
+func (h *health) heardFrom() []string {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	out := make([]string, 0, len(h.seen))
+	for tag := range h.seen {
+		if tag != h.self {
+			out = append(out, tag)
+		}
+	}
+	return out
+}
+
 // lastSeen returns when tag was last heard from.
 func (h *health) lastSeen(tag string) time.Time {
 	h.mu.RLock()

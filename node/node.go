@@ -66,13 +66,17 @@ type Node struct {
 	catchUps    catchUps    // replicas behind their peers, skipped by routed requests
 	ready       atomic.Bool // Start finished: the node serves its databases
 	removed     atomic.Bool // raft's configuration no longer lists this node
-	regKick     chan struct{}
-	cancel      context.CancelFunc
-	wg          sync.WaitGroup
-	rpcMu       sync.Mutex // guards rpcStopped
-	rpcStopped  bool       // Close began: node-to-node requests start no handler
-	closeMu     sync.Mutex
-	closed      bool
+	// refused is closed when the cluster refused this node's registration
+	// because it was removed (see ErrRemoved); Start then fails.
+	refused    chan struct{}
+	refuseOnce sync.Once
+	regKick    chan struct{}
+	cancel     context.CancelFunc
+	wg         sync.WaitGroup
+	rpcMu      sync.Mutex // guards rpcStopped
+	rpcStopped bool       // Close began: node-to-node requests start no handler
+	closeMu    sync.Mutex
+	closed     bool
 }
 
 // httpIdleTimeout closes a keep-alive connection that has carried no
@@ -88,7 +92,7 @@ func Start(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Nod
 		logger = slog.New(slog.DiscardHandler)
 	}
 	logger = logger.With("node", cfg.Node.Tag)
-	n := &Node{cfg: cfg, logger: logger, fsm: raftfsm.New(), started: time.Now(), incarnation: strconv.FormatUint(rand.Uint64(), 36), health: newHealth(cfg.Node.Tag), reroutes: newReroutes(), rpcHandlers: map[string]rpcHandler{}, regKick: make(chan struct{}, 1)}
+	n := &Node{cfg: cfg, logger: logger, fsm: raftfsm.New(), started: time.Now(), incarnation: strconv.FormatUint(rand.Uint64(), 36), health: newHealth(cfg.Node.Tag), reroutes: newReroutes(), rpcHandlers: map[string]rpcHandler{}, regKick: make(chan struct{}, 1), refused: make(chan struct{})}
 	runCtx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
 	n.runCtx = runCtx
@@ -151,7 +155,7 @@ func Start(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Nod
 	// Serve once this node is a registered member with the log replayed.
 	wctx, wcancel := context.WithTimeout(ctx, 60*time.Second)
 	defer wcancel()
-	if err := n.raft.waitLeader(wctx); err != nil {
+	if err := n.waitLeader(wctx); err != nil {
 		return nil, err
 	}
 	if err := n.waitRegistered(wctx); err != nil {
@@ -280,6 +284,8 @@ func (n *Node) waitRegistered(ctx context.Context) error {
 		}
 		select {
 		case <-ch:
+		case <-n.refused:
+			return n.errRefused()
 		case <-ctx.Done():
 			return fmt.Errorf("wait for node %s to register: %w", n.cfg.Node.Tag, ctx.Err())
 		}

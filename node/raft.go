@@ -27,6 +27,9 @@ type raftNode struct {
 	transport *raft.NetworkTransport
 	store     *raftboltdb.BoltStore
 	leaderCh  chan bool
+	// existing: the raft stores held state when the node started, so it
+	// was a member once (see removedBy).
+	existing bool
 }
 
 // startRaft opens the raft stores under dir and starts raft with fsm. A
@@ -87,7 +90,7 @@ func startRaft(dir, tag, addr string, bootstrap bool, fsm *raftfsm.FSM, logger *
 		}
 		logger.Info("bootstrapped a new one-node cluster", "tag", tag, "raft", transport.LocalAddr())
 	}
-	return &raftNode{r: r, transport: transport, store: store, leaderCh: leaderCh}, nil
+	return &raftNode{r: r, transport: transport, store: store, leaderCh: leaderCh, existing: existing}, nil
 }
 
 // propose applies cmd through raft on this node, which must be the leader,
@@ -110,22 +113,6 @@ func (rn *raftNode) propose(ctx context.Context, cmd raftfsm.Command) (raftfsm.R
 	}
 	res, _ := f.Response().(raftfsm.Result)
 	return res, nil
-}
-
-// waitLeader blocks until some node is leader or ctx ends.
-func (rn *raftNode) waitLeader(ctx context.Context) error {
-	t := time.NewTicker(20 * time.Millisecond)
-	defer t.Stop()
-	for {
-		if addr, _ := rn.r.LeaderWithID(); addr != "" {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("wait for raft leader: %w", ctx.Err())
-		case <-t.C:
-		}
-	}
 }
 
 // lastCommandAtOrBefore is the index of the last command entry (one the

@@ -1,12 +1,16 @@
 package systemtest
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/shardnode/shardnode/config"
+	"github.com/shardnode/shardnode/node"
 	"github.com/shardnode/shardnode/testcluster"
 )
 
@@ -161,4 +165,27 @@ func TestRemovedLiveNodeStopsServing(t *testing.T) {
 		t.Fatalf("health of the removed node: %d %s", h.Status, h.Body)
 	}
 	testcluster.Must(t, 200, "GET", L+"/databases/db/docs?id=users/1", "")
+
+	// Restarted with its data directory, it does not come back: the leader
+	// refuses its registration, and without raft.join it learns from the
+	// members it knew that they dropped it, instead of waiting for a leader
+	// that never speaks to it.
+	victim.Stop()
+	for _, join := range []bool{true, false} {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		start := time.Now()
+		err := victim.StartInProcess(ctx, func(cfg *config.Config) {
+			if !join {
+				cfg.Raft.Join = ""
+			}
+		})
+		cancel()
+		if !errors.Is(err, node.ErrRemoved) {
+			t.Fatalf("restart of the removed node (raft.join set: %v): %v, want ErrRemoved", join, err)
+		}
+		t.Logf("raft.join set: %v: refused after %v: %v", join, time.Since(start).Round(time.Millisecond), err)
+	}
+	if r := testcluster.Must(t, 200, "GET", L+"/cluster", ""); strings.Contains(string(r.Body), `"Tag":"`+victim.Tag+`"`) {
+		t.Fatalf("the removed node is back: %s", r.Body)
+	}
 }

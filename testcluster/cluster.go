@@ -163,6 +163,25 @@ func (m *Member) startInProcess() {
 	m.mu.Unlock()
 }
 
+// StartInProcess starts the member in this process and returns the error
+// node.Start returned, if any, instead of failing the test: for tests of
+// start-up refusals. ctx bounds the start; tweak changes the member's
+// configuration for this start only.
+func (m *Member) StartInProcess(ctx context.Context, tweak ...func(*config.Config)) error {
+	cfg := m.config()
+	for _, f := range tweak {
+		f(&cfg)
+	}
+	n, err := node.Start(ctx, &cfg, nil)
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	m.inproc = n
+	m.mu.Unlock()
+	return nil
+}
+
 func (m *Member) startProcess() {
 	cfg := m.config()
 	args := []string{"serve",
