@@ -149,6 +149,18 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
+// ValidTag reports whether tag is a valid node tag: 1 to 4 uppercase
+// letters A-Z.
+func ValidTag(tag string) bool { return validTag(tag) }
+
+// CheckAddr returns what is wrong with a host:port address, or "" (see
+// the node's raft.addr).
+func CheckAddr(addr string) string { return checkAddr(addr) }
+
+// CheckURL returns what is wrong with raw as a URL with one of the schemes
+// and a host, or "".
+func CheckURL(raw string, schemes ...string) string { return checkURL(raw, schemes...) }
+
 // validTag reports whether tag is 1 to 4 uppercase letters A-Z.
 func validTag(tag string) bool {
 	if len(tag) < 1 || len(tag) > 4 {

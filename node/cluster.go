@@ -7,12 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
 
+	"github.com/shardnode/shardnode/config"
 	"github.com/shardnode/shardnode/raftfsm"
 )
 
@@ -122,6 +124,13 @@ func (n *Node) addMember(ctx context.Context, info raftfsm.NodeInfo) error {
 		}
 	}
 	if !present {
+		// Nothing listening there: adding it as a voter would cost a small
+		// cluster its quorum until it is removed again.
+		conn, err := net.DialTimeout("tcp", info.RaftAddr, 2*time.Second)
+		if err != nil {
+			return badRequest("node %s: nothing answers at its raft address %s: %v", info.Tag, info.RaftAddr, err)
+		}
+		conn.Close()
 		if err := n.raft.r.AddVoter(raft.ServerID(info.Tag), raft.ServerAddress(info.RaftAddr), 0, 10*time.Second).Error(); err != nil {
 			return fmt.Errorf("add voter %s at %s: %w", info.Tag, info.RaftAddr, err)
 		}
@@ -132,6 +141,28 @@ func (n *Node) addMember(ctx context.Context, info raftfsm.NodeInfo) error {
 		return err
 	}
 	return res.Err
+}
+
+// checkJoin refuses a join request whose node could never take part: a raft
+// voter at an address nobody listens on costs a small cluster its quorum
+// (one node of two), and the state records whatever it is given.
+func checkJoin(info raftfsm.NodeInfo) error {
+	if !config.ValidTag(info.Tag) {
+		return badRequest("Node.Tag %q: must be 1 to 4 letters A-Z", info.Tag)
+	}
+	if msg := config.CheckURL(info.HttpUrl, "http", "https"); msg != "" {
+		return badRequest("Node.HttpUrl %q: %s", info.HttpUrl, msg)
+	}
+	if info.NatsUrl != "" {
+		if msg := config.CheckURL(info.NatsUrl, "nats", "tls"); msg != "" {
+			return badRequest("Node.NatsUrl %q: %s", info.NatsUrl, msg)
+		}
+	}
+	host, port, err := net.SplitHostPort(info.RaftAddr)
+	if msg := config.CheckAddr(info.RaftAddr); msg != "" || err != nil || host == "" || port == "0" {
+		return badRequest("Node.RaftAddr %q: must be host:port of the node's raft listener", info.RaftAddr)
+	}
+	return nil
 }
 
 // inRaftConfiguration reports whether raft's latest configuration lists
@@ -180,6 +211,10 @@ func (n *Node) handleJoin(w http.ResponseWriter, r *http.Request) {
 	}
 	if n.raft.r.State() != raft.Leader {
 		n.forwardToLeader(w, r, body)
+		return
+	}
+	if err := checkJoin(req.Node); err != nil {
+		writeError(w, err)
 		return
 	}
 	if req.HadState && !n.inRaftConfiguration(req.Node.Tag) {
@@ -240,6 +275,10 @@ func (n *Node) handleApply(w http.ResponseWriter, r *http.Request) {
 	body, err := readBody(r, 1<<20)
 	if err != nil {
 		writeError(w, err)
+		return
+	}
+	if err := raftfsm.Check(body); err != nil {
+		writeError(w, badRequest("%v", err))
 		return
 	}
 	if n.raft.r.State() != raft.Leader {

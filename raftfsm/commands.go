@@ -151,8 +151,36 @@ type applyFunc func(s *State, index uint64, body []byte) (any, error)
 // handlers is the command table.
 var handlers = map[CommandType]applyFunc{}
 
+// checks decode a command body of each known type, for Check.
+var checks = map[CommandType]func(body []byte) error{}
+
+// Check reports whether data is a command this version knows and can
+// decode. A node checks what another one asks it to propose before the
+// entry enters the log: a committed entry that no node understands stops
+// every node that applies it, now and at every restart.
+func Check(data []byte) error {
+	if len(data) == 0 {
+		return fmt.Errorf("%w: empty command", ErrInvalid)
+	}
+	t := CommandType(data[0])
+	check, ok := checks[t]
+	switch {
+	case !ok && t&IgnoreUnknownFlag != 0:
+		return nil // a newer node's command that older ones may skip
+	case !ok:
+		return fmt.Errorf("%w: unknown command type %d", ErrInvalid, t)
+	}
+	return check(data[1:])
+}
+
 // register adds a command type to the table with a typed apply function.
 func register[C Command](t CommandType, fn func(s *State, index uint64, c *C) (any, error)) {
+	checks[t] = func(body []byte) error {
+		if err := json.Unmarshal(body, new(C)); err != nil {
+			return fmt.Errorf("%w: decode command %d: %v", ErrInvalid, t, err)
+		}
+		return nil
+	}
 	handlers[t] = func(s *State, index uint64, body []byte) (any, error) {
 		c := new(C)
 		if err := json.Unmarshal(body, c); err != nil {

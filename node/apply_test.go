@@ -1,0 +1,58 @@
+package node
+
+import (
+	"net"
+	"testing"
+)
+
+// TestApplyRefusesWhatNoNodeCouldApply: a node-to-node apply request whose
+// body is no command this version knows is refused with a 400 before it
+// enters the raft log. Once committed, such an entry stopped every node
+// that applied it, at every restart.
+func TestApplyRefusesWhatNoNodeCouldApply(t *testing.T) {
+	n := testNode(t, t.TempDir())
+	c := client{t, n.HTTPURL()}
+	c.must(201, "PUT", "/admin/databases/db", `{"Shards": 1}`)
+	before := n.raft.r.LastIndex()
+	for _, body := range []string{"garbage", "", "\x01{\"Name\": 5}", "\x7f{}"} {
+		if r := c.do("POST", "/internal/raft/apply", body); r.Status != 400 || r.json(t)["Type"] == "" {
+			t.Errorf("apply %q: %d %s", body, r.Status, r.Body)
+		}
+	}
+	if after := n.raft.r.LastIndex(); after != before {
+		t.Fatalf("refused commands reached the log: last index %d -> %d", before, after)
+	}
+	c.must(201, "PUT", "/databases/db/docs?id=a", `{"v":1}`)
+}
+
+// TestJoinRefusesANodeThatCouldNeverTakePart: a join whose tag or addresses
+// are invalid, or whose raft address nobody listens on, is a 400 and adds
+// no voter; a one-node cluster keeps its quorum and serves.
+func TestJoinRefusesANodeThatCouldNeverTakePart(t *testing.T) {
+	n := testNode(t, t.TempDir())
+	c := client{t, n.HTTPURL()}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close() // nothing listens there any more
+	for _, body := range []string{
+		`{}`,
+		`{"Node":{"Tag":"bad tag!","HttpUrl":"http://127.0.0.1:1","RaftAddr":"127.0.0.1:2"}}`,
+		`{"Node":{"Tag":"B","HttpUrl":"not a url","RaftAddr":"127.0.0.1:2"}}`,
+		`{"Node":{"Tag":"B","HttpUrl":"http://127.0.0.1:1","RaftAddr":"nowhere"}}`,
+		`{"Node":{"Tag":"B","HttpUrl":"http://127.0.0.1:1","RaftAddr":"127.0.0.1:0"}}`,
+		`{"Node":{"Tag":"B","HttpUrl":"http://127.0.0.1:1","RaftAddr":"127.0.0.1:2","NatsUrl":"ftp://x"}}`,
+		`{"Node":{"Tag":"B","HttpUrl":"http://127.0.0.1:1","RaftAddr":"` + dead + `"}}`,
+	} {
+		if r := c.do("POST", "/cluster/join", body); r.Status != 400 {
+			t.Errorf("join %s: %d %s", body, r.Status, r.Body)
+		}
+	}
+	f := n.raft.r.GetConfiguration()
+	if err := f.Error(); err != nil || len(f.Configuration().Servers) != 1 {
+		t.Fatalf("raft configuration after refused joins: %+v %v", f.Configuration().Servers, err)
+	}
+	c.must(201, "PUT", "/admin/databases/db", `{"Shards": 1}`)
+}
