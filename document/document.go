@@ -87,13 +87,13 @@ func splitInPlace(c []byte) (Parsed, error) {
 	if len(c) == 0 || c[0] != '{' {
 		return Parsed{}, ErrNotObject
 	}
-	metaStart, metaEnd, metas := 0, 0, 0
+	metaStart, metaValue, metaEnd, metas := 0, 0, 0, 0
 	i := 1
 	for i < len(c)-1 {
 		keyEnd := skipString(c, i)
 		valEnd := skipAny(c, keyEnd+1)
-		if string(c[i:keyEnd]) == `"@metadata"` {
-			metaStart, metaEnd = i, valEnd
+		if isMetadataKey(c[i:keyEnd]) {
+			metaStart, metaValue, metaEnd = i, keyEnd+1, valEnd
 			metas++
 		}
 		i = valEnd
@@ -110,7 +110,7 @@ func splitInPlace(c []byte) (Parsed, error) {
 	if metas > 1 || (metaStart != 1 && !last) {
 		return split(c) // a member in the middle, or several: copy
 	}
-	col, err := collectionOf(c[metaStart+len(`"@metadata"`)+1 : metaEnd])
+	col, err := collectionOf(c[metaValue:metaEnd])
 	if err != nil {
 		return Parsed{}, err
 	}
@@ -125,6 +125,20 @@ func splitInPlace(c []byte) (Parsed, error) {
 		c[metaStart-1] = '}'
 		return Parsed{Body: c[:metaStart:metaStart], Collection: col}, nil
 	}
+}
+
+// isMetadataKey reports whether the raw key literal is "@metadata", written
+// plainly or with escapes ("\u0040metadata" is the same key to every JSON
+// reader, and a client's own "@metadata" must not pass as body data).
+func isMetadataKey(key []byte) bool {
+	if string(key) == `"@metadata"` {
+		return true
+	}
+	if bytes.IndexByte(key, '\\') < 0 {
+		return false
+	}
+	s, err := Unquote(key)
+	return err == nil && s == "@metadata"
 }
 
 // compact reports whether valid JSON raw has no whitespace outside strings.
@@ -157,7 +171,7 @@ func split(c []byte) (Parsed, error) {
 	for i < len(c)-1 {
 		keyEnd := skipString(c, i)
 		valEnd := skipAny(c, keyEnd+1)
-		if string(c[i:keyEnd]) == `"@metadata"` {
+		if isMetadataKey(c[i:keyEnd]) {
 			col, err := collectionOf(c[keyEnd+1 : valEnd])
 			if err != nil {
 				return Parsed{}, err

@@ -17,6 +17,11 @@ func TestParseSplitsMetadata(t *testing.T) {
 		{` { "a" : "q\"@metadata\"" , "b":[{}] } `, `{"a":"q\"@metadata\"","b":[{}]}`, ""},
 		{`{"@metadata":{"@collection":null},"a":1}`, `{"a":1}`, ""},
 		{`{"a":{"@metadata":{"@collection":"Nested"}}}`, `{"a":{"@metadata":{"@collection":"Nested"}}}`, ""},
+		// Escapes spell the same keys: a client's metadata never passes as
+		// body data.
+		{`{"\u0040metadata":{"@collection":"Spoof","@id":"fake"},"v":1}`, `{"v":1}`, "Spoof"},
+		{`{"v":1,"@meta\u0064ata":{"\u0040collection":"Spoof"}}`, `{"v":1}`, "Spoof"},
+		{`{"a":1,"\u0040metadata":{},"b":2}`, `{"a":1,"b":2}`, ""},
 	}
 	for _, c := range cases {
 		p, err := Parse([]byte(c.in))
@@ -39,6 +44,9 @@ func TestParseRejects(t *testing.T) {
 		`{"a":1}{`:                        ErrMalformed,
 		`{"@metadata":5}`:                 ErrBadMetadata,
 		`{"@metadata":{"@collection":1}}`: ErrBadMetadata,
+		`{"\u0040metadata":[]}`:           ErrBadMetadata,
+		`{"a":1e400}`:                     ErrMalformed,
+		"{\"a\":\"\xff\"}":                ErrMalformed,
 	}
 	for in, want := range cases {
 		if _, err := Parse([]byte(in)); !errors.Is(err, want) {

@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"math"
+	"strconv"
 	"unicode/utf8"
 )
 
@@ -27,7 +29,23 @@ func (e *SyntaxError) Error() string { return fmt.Sprintf("%s at offset %d", e.M
 // strings, so a caller can keep it as it is. It accepts what
 // encoding/json.Valid accepts, in one pass and without allocating: request
 // bodies are validated on every write.
+//
+// Beyond syntax it refuses what readers could not take back: text that is
+// not UTF-8 (a strict client cannot parse an answer holding it), and
+// numbers beyond float64's range (1e400), which no reader decodes as a
+// number.
 func Validate(b []byte) (compact bool, err error) {
+	if !utf8.Valid(b) {
+		at := 0
+		for at < len(b) {
+			r, n := utf8.DecodeRune(b[at:])
+			if r == utf8.RuneError && n <= 1 {
+				break
+			}
+			at += n
+		}
+		return false, &SyntaxError{Offset: at, Msg: "invalid UTF-8"}
+	}
 	v := validator{b: b, compact: true}
 	i := v.ws(0)
 	i, err = v.value(i, 0)
@@ -209,6 +227,7 @@ func isDigit(c byte) bool { return c >= '0' && c <= '9' }
 
 func (v *validator) number(i int) (int, error) {
 	b := v.b
+	start, exp := i, false
 	if b[i] == '-' {
 		i++
 	}
@@ -232,6 +251,7 @@ func (v *validator) number(i int) (int, error) {
 		}
 	}
 	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		exp = true
 		i++
 		if i < len(b) && (b[i] == '+' || b[i] == '-') {
 			i++
@@ -241,6 +261,12 @@ func (v *validator) number(i int) (int, error) {
 		}
 		for i < len(b) && isDigit(b[i]) {
 			i++
+		}
+	}
+	// Only an exponent or some 300 digits can leave float64's range.
+	if exp || i-start > 300 {
+		if f, err := strconv.ParseFloat(string(b[start:i]), 64); err != nil && math.IsInf(f, 0) {
+			return i, &SyntaxError{Offset: start, Msg: fmt.Sprintf("number %.40s is out of range (beyond ±1.8e308)", b[start:i])}
 		}
 	}
 	return i, nil
@@ -331,8 +357,16 @@ func Unquote(lit []byte) (string, error) {
 }
 
 // KeyIs reports whether the raw key literal names field, matching as
-// encoding/json does for plain ASCII names (case-insensitively).
+// encoding/json does for plain ASCII names (case-insensitively). A key
+// written with escapes is compared by what it spells.
 func KeyIs(key []byte, field string) bool {
+	if bytes.IndexByte(key, '\\') >= 0 {
+		s, err := Unquote(key)
+		if err != nil {
+			return false
+		}
+		key = AppendString(nil, s)
+	}
 	if len(key) != len(field)+2 {
 		return false
 	}

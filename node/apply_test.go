@@ -1,8 +1,11 @@
 package node
 
 import (
+	"math"
 	"net"
 	"testing"
+
+	"github.com/shardnode/shardnode/storage"
 )
 
 // TestApplyRefusesWhatNoNodeCouldApply: a node-to-node apply request whose
@@ -55,4 +58,21 @@ func TestJoinRefusesANodeThatCouldNeverTakePart(t *testing.T) {
 		t.Fatalf("raft configuration after refused joins: %+v %v", f.Configuration().Servers, err)
 	}
 	c.must(201, "PUT", "/admin/databases/db", `{"Shards": 1}`)
+}
+
+// TestDocMapToleratesHugeNumbers: a document stored before writes refused
+// numbers beyond float64's range is still read by queries, the number
+// comparing as infinity, instead of failing every query that reads it.
+func TestDocMapToleratesHugeNumbers(t *testing.T) {
+	m, err := docMap(&storage.Document{ID: "big/1", Body: []byte(`{"n":1e400,"a":[-1e999,{"x":2}],"s":"t"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, ok := m["n"].(float64); !ok || !math.IsInf(n, 1) {
+		t.Fatalf("n = %#v", m["n"])
+	}
+	a := m["a"].([]any)
+	if f, ok := a[0].(float64); !ok || !math.IsInf(f, -1) || a[1].(map[string]any)["x"] != 2.0 || m["s"] != "t" {
+		t.Fatalf("decoded %#v", m)
+	}
 }

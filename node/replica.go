@@ -1,17 +1,18 @@
 package node
 
 import (
+	"bytes"
 	"context"
-
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/shardnode/shardnode/bucket"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/shardnode/shardnode/bucket"
 	"github.com/shardnode/shardnode/replication"
 	"github.com/shardnode/shardnode/resharding"
 	"github.com/shardnode/shardnode/rql"
@@ -202,12 +203,47 @@ func (l *localReplica) query(_ context.Context, a queryArgs) (queryAnswer, error
 func docMap(d *storage.Document) (map[string]any, error) {
 	var m map[string]any
 	if err := json.Unmarshal(d.Body, &m); err != nil {
-		return nil, fmt.Errorf("document %q: %w", d.ID, err)
+		// Writes refuse numbers beyond float64's range, but a document
+		// stored before they did may hold one: it compares as ±Inf rather
+		// than failing every query that reads it.
+		if m, err = decodeLenient(d.Body); err != nil {
+			return nil, fmt.Errorf("document %q: %w", d.ID, err)
+		}
 	}
 	if m == nil {
 		m = map[string]any{}
 	}
 	m["@metadata"] = map[string]any{"@id": d.ID, "@collection": d.Collection, "@change-vector": d.ChangeVector}
+	return m, nil
+}
+
+// decodeLenient decodes a JSON object as json.Unmarshal does, except that a
+// number beyond float64's range becomes ±Inf instead of an error.
+func decodeLenient(body []byte) (map[string]any, error) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	var m map[string]any
+	if err := dec.Decode(&m); err != nil {
+		return nil, err
+	}
+	var conv func(v any) any
+	conv = func(v any) any {
+		switch x := v.(type) {
+		case json.Number:
+			f, _ := strconv.ParseFloat(string(x), 64) // ±Inf past the range
+			return f
+		case map[string]any:
+			for k, e := range x {
+				x[k] = conv(e)
+			}
+		case []any:
+			for i, e := range x {
+				x[i] = conv(e)
+			}
+		}
+		return v
+	}
+	conv(m)
 	return m, nil
 }
 
