@@ -139,6 +139,13 @@ func (n *Node) handleCreateDatabase(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rec, _ := n.fsm.Database(name)
+	if rec == nil {
+		// The state machine took the command for a retry of an earlier one
+		// with the same Request-Id, and that one did not leave this
+		// database behind: the id was reused for something else.
+		writeError(w, requestIDReused(r))
+		return
+	}
 	n.logger.Info("created database", "db", name, "shards", req.Shards, "replication_factor", req.ReplicationFactor)
 	writeJSON(w, http.StatusCreated, rec)
 }
@@ -166,8 +173,20 @@ func (n *Node) handleDeleteDatabase(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	if rec, _ := n.fsm.Database(t.rec.DatabaseName); rec != nil && rec.CreatedIndex == t.rec.CreatedIndex {
+		writeError(w, requestIDReused(r)) // taken for a retry of another command
+		return
+	}
 	n.logger.Info("deleted database", "db", t.rec.DatabaseName)
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// requestIDReused is the answer to a command the state machine skipped as a
+// retry of an earlier one with the same Request-Id, when the outcome shows
+// the earlier one was a different command.
+func requestIDReused(r *http.Request) error {
+	return &apiError{Status: http.StatusConflict, Type: "RequestIdReused",
+		Msg: fmt.Sprintf("Request-Id %q was already used by another command, so this one was not applied; send a new id (an id names one command, for retrying it safely)", r.Header.Get("Request-Id"))}
 }
 
 // upNodes lists the members this node does not know to be down.

@@ -76,3 +76,28 @@ func TestDocMapToleratesHugeNumbers(t *testing.T) {
 		t.Fatalf("decoded %#v", m)
 	}
 }
+
+// TestReusedRequestIDIsRefused: a Request-Id names one command; reusing it
+// for another is a 409 that says so, never a success that did nothing.
+// Retrying the same create returns its record.
+func TestReusedRequestIDIsRefused(t *testing.T) {
+	n := testNode(t, t.TempDir())
+	c := client{t, n.HTTPURL()}
+	c.must(201, "PUT", "/admin/databases/rq1", `{"Shards": 2}`, "Request-Id", "r-123")
+	if r := c.must(201, "PUT", "/admin/databases/rq1", `{"Shards": 2}`, "Request-Id", "r-123"); r.json(t)["DatabaseName"] != "rq1" {
+		t.Fatalf("retried create: %s", r.Body)
+	}
+	if r := c.do("PUT", "/admin/databases/rq2", `{}`, "Request-Id", "r-123"); r.Status != 409 || r.json(t)["Type"] != "RequestIdReused" {
+		t.Fatalf("create with a reused id: %d %s", r.Status, r.Body)
+	}
+	c.must(404, "GET", "/admin/databases/rq2", "")
+	c.must(201, "PUT", "/admin/databases/rq3", `{}`, "Request-Id", "r-456")
+	if r := c.do("DELETE", "/admin/databases/rq1", "", "Request-Id", "r-456"); r.Status != 409 || r.json(t)["Type"] != "RequestIdReused" {
+		t.Fatalf("delete with a reused id: %d %s", r.Status, r.Body)
+	}
+	c.must(200, "GET", "/admin/databases/rq1", "")
+	c.must(204, "DELETE", "/admin/databases/rq1", "", "Request-Id", "r-789")
+	if r := c.do("PUT", "/admin/databases/rq1", `{"Shards": 3}`, "Request-Id", "r-123"); r.Status != 409 {
+		t.Fatalf("re-create with the first create's id after a delete: %d %s", r.Status, r.Body)
+	}
+}
