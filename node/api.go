@@ -75,9 +75,14 @@ func (n *Node) untilReady(next http.Handler) http.Handler {
 				Msg: fmt.Sprintf("node %s is starting: it serves databases once it has replayed the raft log; retry shortly or ask another node", n.cfg.Node.Tag)})
 			return
 		}
-		if n.removed.Load() && needsRecords(r.URL.Path) {
+		if (n.removed.Load() || n.removedForGood.Load()) && needsRecords(r.URL.Path) {
 			writeError(w, &apiError{Status: http.StatusServiceUnavailable, Type: "NodeRemoved",
 				Msg: fmt.Sprintf("node %s was removed from the cluster: it serves no database; ask another node", n.cfg.Node.Tag)})
+			return
+		}
+		if needsRecords(r.URL.Path) && !n.fresh.wait(r.Context(), freshWait) {
+			w.Header().Set("Retry-After", "1")
+			writeError(w, n.errNotFresh())
 			return
 		}
 		next.ServeHTTP(w, r)

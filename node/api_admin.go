@@ -14,8 +14,10 @@ import (
 
 func (n *Node) handleHealth(w http.ResponseWriter, r *http.Request) {
 	leader, _ := n.raft.r.LeaderWithID()
+	removed := n.removed.Load() || n.removedForGood.Load()
+	fresh := n.fresh.fresh()
 	status := http.StatusOK
-	if leader == "" || !n.ready.Load() || n.removed.Load() {
+	if leader == "" || !n.ready.Load() || removed || !fresh {
 		status = http.StatusServiceUnavailable
 	}
 	writeJSON(w, status, map[string]any{
@@ -23,7 +25,8 @@ func (n *Node) handleHealth(w http.ResponseWriter, r *http.Request) {
 		"Node":     n.cfg.Node.Tag,
 		"Leader":   leader != "",
 		"Ready":    n.ready.Load(),
-		"Removed":  n.removed.Load(),
+		"Removed":  removed,
+		"Current":  fresh,
 		"Raft":     n.raft.r.State().String(),
 		"Nats":     n.bus.nc.Status().String(),
 		"UptimeMs": time.Since(n.started).Milliseconds(),
@@ -176,6 +179,16 @@ func (n *Node) handleDeleteDatabase(w http.ResponseWriter, r *http.Request) {
 	if rec, _ := n.fsm.Database(t.rec.DatabaseName); rec != nil && rec.CreatedIndex == t.rec.CreatedIndex {
 		writeError(w, requestIDReused(r)) // taken for a retry of another command
 		return
+	}
+	if len(n.fsm.Nodes()) > 1 {
+		// A node that lost touch with the cluster serves by its records for
+		// at most freshFor (see freshness): once this answer is sent, none
+		// takes writes into the deleted database's replicas any more, so
+		// none is acknowledged and then dropped with them.
+		select {
+		case <-time.After(freshFor):
+		case <-r.Context().Done():
+		}
 	}
 	n.logger.Info("deleted database", "db", t.rec.DatabaseName)
 	w.WriteHeader(http.StatusNoContent)

@@ -38,6 +38,10 @@ type joinRequest struct {
 type applyReply struct {
 	Index     uint64 `json:"Index"`
 	Duplicate bool   `json:"Duplicate"`
+	// FreshAgo, in a leader's commit-index answer, is how long ago the
+	// leader asked for the quorum confirmation it last got: the answer
+	// is only as fresh as that (see freshness).
+	FreshAgo time.Duration `json:"FreshAgoNs,omitempty"`
 }
 
 // kickRegister asks registerLoop to check this node's record now.
@@ -105,6 +109,7 @@ func (n *Node) ensureRegistered(ctx context.Context) error {
 	body, _ := json.Marshal(joinRequest{Node: self, HadState: n.raft.existing})
 	err := n.postJSON(ctx, url+"/cluster/join", body, nil)
 	if ae := (*apiError)(nil); errors.As(err, &ae) && ae.Type == "NodeRemoved" {
+		n.removedForGood.Store(true)
 		n.refuseOnce.Do(func() { close(n.refused) })
 		return fmt.Errorf("%w: %s", ErrRemoved, ae.Msg)
 	}

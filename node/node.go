@@ -66,6 +66,13 @@ type Node struct {
 	catchUps    catchUps    // replicas behind their peers, skipped by routed requests
 	ready       atomic.Bool // Start finished: the node serves its databases
 	removed     atomic.Bool // raft's configuration no longer lists this node
+	// removedForGood: the leader refused this node's registration, or a
+	// member said the cluster no longer lists it; unlike removed, raft's
+	// (possibly stale) configuration cannot clear it.
+	removedForGood atomic.Bool
+	// fresh is when this node last confirmed it follows the cluster's
+	// committed state; client requests wait for it (see freshness).
+	fresh *freshness
 	// refused is closed when the cluster refused this node's registration
 	// because it was removed (see ErrRemoved); Start then fails.
 	refused    chan struct{}
@@ -92,7 +99,7 @@ func Start(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Nod
 		logger = slog.New(slog.DiscardHandler)
 	}
 	logger = logger.With("node", cfg.Node.Tag)
-	n := &Node{cfg: cfg, logger: logger, fsm: raftfsm.New(), started: time.Now(), incarnation: strconv.FormatUint(rand.Uint64(), 36), health: newHealth(cfg.Node.Tag), reroutes: newReroutes(), rpcHandlers: map[string]rpcHandler{}, regKick: make(chan struct{}, 1), refused: make(chan struct{})}
+	n := &Node{cfg: cfg, logger: logger, fsm: raftfsm.New(), started: time.Now(), incarnation: strconv.FormatUint(rand.Uint64(), 36), health: newHealth(cfg.Node.Tag), reroutes: newReroutes(), rpcHandlers: map[string]rpcHandler{}, regKick: make(chan struct{}, 1), refused: make(chan struct{}), fresh: newFreshness()}
 	runCtx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
 	n.runCtx = runCtx
@@ -139,7 +146,8 @@ func Start(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Nod
 		return nil, err
 	}
 	n.driver = resharding.NewDriver(reshardCluster{n}, n.databaseNames, logger)
-	n.wg.Add(4)
+	n.wg.Add(5)
+	go n.runFreshness(runCtx)
 	go n.followRecords(runCtx)
 	go n.leaderLoop(runCtx)
 	go n.runHeartbeats(runCtx)
@@ -161,9 +169,11 @@ func Start(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Nod
 	if err := n.waitRegistered(wctx); err != nil {
 		return nil, err
 	}
+	caughtUpAsked := time.Now()
 	if err := n.waitCaughtUp(wctx); err != nil {
 		return nil, err
 	}
+	n.fresh.confirm(caughtUpAsked)
 	n.ready.Store(true)
 	logger.Info("node started", "http", n.HTTPAddr(), "raft", n.raft.transport.LocalAddr(), "nats", n.bus.clientURL())
 	return n, nil
@@ -392,7 +402,14 @@ func (n *Node) handleCommitIndex(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, unavailable("node %s is not the raft leader", n.cfg.Node.Tag))
 		return
 	}
-	writeJSON(w, http.StatusOK, applyReply{Index: n.raft.r.CommitIndex()})
+	// A leader that was cut off may have been replaced without knowing
+	// it yet: its commit index counts only once a quorum confirmed it.
+	age, ok := n.fresh.age()
+	if !ok || age >= freshFor {
+		writeError(w, unavailable("node %s has not confirmed lately that it is still the raft leader", n.cfg.Node.Tag))
+		return
+	}
+	writeJSON(w, http.StatusOK, applyReply{Index: n.raft.r.CommitIndex(), FreshAgo: age})
 }
 
 // catchUpWithLeader waits, on a follower, until it applied every entry the

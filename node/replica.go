@@ -100,7 +100,7 @@ type localReplica struct {
 // starting (its replicas may not follow the current records yet) or the
 // replica catches up with its peers.
 func (l *localReplica) servesClients() error {
-	if l.routed && (!l.n.ready.Load() || l.n.catchUps.isBehind(l.db, l.shard)) {
+	if l.routed && (!l.n.ready.Load() || !l.n.fresh.fresh() || l.n.catchUps.isBehind(l.db, l.shard)) {
 		return errCatchingUp(l.n, l.db, l.shard)
 	}
 	return nil

@@ -1,0 +1,164 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// A node routes and guards client requests by its copy of the database
+// records. A node that stopped hearing the cluster (a long GC pause, a
+// SIGSTOP, a cut link) wakes up with records that may be out of date: a
+// database deleted and created again meanwhile was written into through
+// its old, dropped replicas, and those acknowledged writes vanished. Raft's
+// last contact says nothing here: hashicorp/raft's heartbeats carry no
+// commit index, so a follower hears them while its log lags.
+//
+// So every node confirms, every freshEvery, that it applied everything the
+// cluster had committed: the leader by a round of heartbeats to a quorum
+// (VerifyLeader), a follower by applying through the commit index of a
+// leader that has just confirmed it is leader. A node serves client
+// requests that depend on the records only within freshFor of the moment
+// its last confirmation was asked for; past it, a request waits for the
+// next confirmation, at most freshWait, and then gets a retryable 503
+// NodeCatchingUp.
+//
+// Staleness is thereby bounded by freshFor, and a database delete waits
+// freshFor before it answers: any request a client sends after the answer
+// finds every node either aware of the delete or refusing.
+const (
+	freshEvery = 200 * time.Millisecond
+	freshFor   = time.Second
+	freshWait  = 2 * time.Second
+)
+
+// freshness is when this node last confirmed it follows the cluster's
+// committed state.
+type freshness struct {
+	base time.Time    // a monotonic origin
+	at   atomic.Int64 // ns since base at which the last confirmed check was asked; 0: never
+	mu   sync.Mutex
+	ch   chan struct{} // closed and replaced at each confirmation
+}
+
+func newFreshness() *freshness {
+	return &freshness{base: time.Now(), ch: make(chan struct{})}
+}
+
+// confirm records a check asked at asked that succeeded.
+func (f *freshness) confirm(asked time.Time) {
+	at := int64(asked.Sub(f.base)) + 1
+	for {
+		cur := f.at.Load()
+		if at <= cur || f.at.CompareAndSwap(cur, at) {
+			break
+		}
+	}
+	f.mu.Lock()
+	close(f.ch)
+	f.ch = make(chan struct{})
+	f.mu.Unlock()
+}
+
+// fresh reports whether the last confirmation is recent enough to serve by.
+func (f *freshness) fresh() bool {
+	age, ok := f.age()
+	return ok && age < freshFor
+}
+
+// age is how long ago the last confirmed check was asked; false if never.
+func (f *freshness) age() (time.Duration, bool) {
+	at := f.at.Load()
+	return time.Since(f.base) - time.Duration(at), at != 0
+}
+
+// wait waits until fresh, at most max; it reports whether it is.
+func (f *freshness) wait(ctx context.Context, max time.Duration) bool {
+	t := time.NewTimer(max)
+	defer t.Stop()
+	for !f.fresh() {
+		f.mu.Lock()
+		ch := f.ch
+		f.mu.Unlock()
+		select {
+		case <-ch:
+		case <-t.C:
+			return f.fresh()
+		case <-ctx.Done():
+			return false
+		}
+	}
+	return true
+}
+
+// runFreshness confirms, every freshEvery, that this node follows the
+// cluster's committed state (see freshness). While no leader is known it
+// also asks the other nodes whether the cluster removed this one.
+func (n *Node) runFreshness(ctx context.Context) {
+	defer n.wg.Done()
+	t := time.NewTicker(freshEvery)
+	defer t.Stop()
+	var leaderless time.Time
+	for {
+		asked := time.Now()
+		asOf, err := n.checkFresh(ctx, asked)
+		switch {
+		case err == nil:
+			n.fresh.confirm(asOf)
+			leaderless = time.Time{}
+		case ctx.Err() != nil:
+			return
+		default:
+			n.logger.Debug("confirm the node follows the cluster", "err", err)
+			if addr, _ := n.raft.r.LeaderWithID(); addr != "" {
+				leaderless = time.Time{}
+			} else if leaderless.IsZero() {
+				leaderless = asked
+			} else if time.Since(leaderless) > removedCheckAfter {
+				if by, leader := n.removedBy(ctx); by != "" {
+					n.removedForGood.Store(true)
+					n.logger.Warn("this node was removed from the cluster", "told_by", by, "leader", leader)
+				}
+				leaderless = time.Now()
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// checkFresh confirms once that this node applied everything the cluster
+// had committed at the returned moment, at or before asked.
+func (n *Node) checkFresh(ctx context.Context, asked time.Time) (time.Time, error) {
+	ctx, cancel := context.WithTimeout(ctx, freshFor)
+	defer cancel()
+	if n.raft.r.State() == raft.Leader {
+		return asked, n.raft.r.VerifyLeader().Error()
+	}
+	url := n.leaderURL()
+	if url == "" {
+		return asked, fmt.Errorf("no leader known")
+	}
+	var rep applyReply
+	if err := n.postJSON(ctx, url+"/internal/raft/commit-index", nil, &rep); err != nil {
+		return asked, err
+	}
+	// The leader's commit index covers what was committed when it last
+	// confirmed it leads, which may be before this node asked.
+	return asked.Add(-rep.FreshAgo), n.waitAppliedThrough(ctx, rep.Index)
+}
+
+// errNotFresh answers a client request on a node that could not confirm
+// it follows the cluster.
+func (n *Node) errNotFresh() error {
+	return &apiError{Status: http.StatusServiceUnavailable, Type: "NodeCatchingUp",
+		Msg: fmt.Sprintf("node %s has not confirmed for %v that it follows the cluster's state (no leader reachable, or it was paused or cut off); it serves databases again once it has caught up; retry shortly or ask another node", n.cfg.Node.Tag, freshFor)}
+}

@@ -1,0 +1,81 @@
+package systemtest
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shardnode/shardnode/testcluster"
+)
+
+// TestPausedNodeTakesNoWritesIntoADeletedDatabase: a node frozen (SIGSTOP)
+// while a database is deleted and created again under the same name wakes
+// up with the old records. Writes that reached it meanwhile must not be
+// acknowledged into the old database's replicas, which it drops as soon as
+// it applies the delete: every write it acknowledges must be readable
+// through every node afterwards.
+func TestPausedNodeTakesNoWritesIntoADeletedDatabase(t *testing.T) {
+	if testing.Short() {
+		t.Skip("process cluster")
+	}
+	c := testcluster.Start(t, testcluster.Options{Nodes: 3, Mode: testcluster.Processes})
+	A, B := c.Members[0], c.Members[1]
+	testcluster.Must(t, 201, "PUT", A.URL()+"/admin/databases/yy", `{"Shards":3,"ReplicationFactor":2}`)
+	testcluster.Must(t, 201, "PUT", B.URL()+"/databases/yy/docs?id=before", `{"v":0}`)
+
+	B.Pause()
+	defer B.Resume2()
+	testcluster.Must(t, 204, "DELETE", A.URL()+"/admin/databases/yy", "")
+	testcluster.Must(t, 201, "PUT", A.URL()+"/admin/databases/yy", `{"Shards":3,"ReplicationFactor":2}`)
+
+	// Writes sent to the frozen node wait in its socket queue.
+	const writes = 30
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var acked []string
+	outcomes := map[string]int{}
+	client := &http.Client{Timeout: 60 * time.Second}
+	for i := range writes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id := fmt.Sprintf("z/%d", i)
+			req, _ := http.NewRequest("PUT", B.URL()+"/databases/yy/docs?id="+id, strings.NewReader(`{"v":1}`))
+			res, err := client.Do(req)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				outcomes["error"]++
+				return
+			}
+			res.Body.Close()
+			outcomes[res.Status]++
+			if res.StatusCode == 201 {
+				acked = append(acked, id)
+			}
+		}()
+	}
+	time.Sleep(300 * time.Millisecond) // let the requests reach B's socket queue
+	B.Resume()
+	wg.Wait()
+	t.Logf("outcomes of the writes sent to the frozen node: %v", outcomes)
+
+	for _, m := range c.Members {
+		testcluster.WaitFor(t, 30*time.Second, "node "+m.Tag+" to serve", func() error {
+			_, err := testcluster.Expect(200, "GET", m.URL()+"/healthz", "")
+			return err
+		})
+		for _, id := range acked {
+			if _, err := testcluster.Expect(200, "GET", m.URL()+"/databases/yy/docs?id="+id, ""); err != nil {
+				t.Errorf("acknowledged write %s lost, read through %s: %v", id, m.Tag, err)
+			}
+		}
+		// The old database's document is gone everywhere.
+		if _, err := testcluster.Expect(404, "GET", m.URL()+"/databases/yy/docs?id=before", ""); err != nil {
+			t.Errorf("through %s: %v", m.Tag, err)
+		}
+	}
+}
