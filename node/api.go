@@ -80,13 +80,25 @@ func (n *Node) untilReady(next http.Handler) http.Handler {
 				Msg: fmt.Sprintf("node %s was removed from the cluster: it serves no database; ask another node", n.cfg.Node.Tag)})
 			return
 		}
-		if needsRecords(r.URL.Path) && !n.fresh.wait(r.Context(), freshWait) {
+		if needsRecords(r.URL.Path) && writes(r) && !n.fresh.wait(r.Context(), freshWait) {
 			w.Header().Set("Retry-After", "1")
 			writeError(w, n.errNotFresh())
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// writes reports whether a request may change data or state: everything
+// but reads and queries.
+func writes(r *http.Request) bool {
+	switch r.Method {
+	case http.MethodGet, http.MethodHead:
+		return false
+	case http.MethodPost:
+		return !strings.HasSuffix(r.URL.Path, "/queries")
+	}
+	return true
 }
 
 // needsRecords reports whether a request's answer depends on the

@@ -100,4 +100,15 @@ func TestReusedRequestIDIsRefused(t *testing.T) {
 	if r := c.do("PUT", "/admin/databases/rq1", `{"Shards": 3}`, "Request-Id", "r-123"); r.Status != 409 {
 		t.Fatalf("re-create with the first create's id after a delete: %d %s", r.Status, r.Body)
 	}
+
+	// Resharding: a retry gets its operation, another request the 409.
+	c.must(201, "PUT", "/admin/databases/rs", `{"Shards": 2}`)
+	move := `{"FromBucket": 0, "ToBucket": 10, "ToShard": 1}`
+	first := c.must(202, "POST", "/databases/rs/resharding", move, "Request-Id", "op-1").json(t)["OperationId"]
+	if again := c.must(202, "POST", "/databases/rs/resharding", move, "Request-Id", "op-1").json(t)["OperationId"]; again != first {
+		t.Fatalf("retried resharding: operation %v, first %v", again, first)
+	}
+	if r := c.do("POST", "/databases/rs/resharding", `{"FromBucket": 0, "ToBucket": 10, "ToShard": 0}`, "Request-Id", "op-1"); r.Status != 409 || r.json(t)["Type"] != "RequestIdReused" {
+		t.Fatalf("resharding with a reused id: %d %s", r.Status, r.Body)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -61,33 +62,78 @@ func errCatchingUp(n *Node, db string, shard int) error {
 		Msg: fmt.Sprintf("shard %d of %q on node %s does not serve yet: the node is starting, or the replica is catching up with its other members; ask another member", shard, db, n.cfg.Node.Tag)}
 }
 
-// startCatchUp catches up the replica just opened: it asks every other
-// member for its database id and last etag and, while this replica's
-// replication progress from one is short of that, marks it behind. A
-// member that does not answer is not waited for. The returned closer
-// stops it.
-func (n *Node) startCatchUp(db string, shard int, s *storage.Store) func() {
+// replicaCatchUp catches one open replica up with its peers: once when it
+// opens, and again each time the node was out of touch with the cluster
+// (see kickCatchUps), since its peers may have taken writes meanwhile.
+type replicaCatchUp struct {
+	kick   chan struct{}
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// Close stops the catching up (before the replica's store closes).
+func (c *replicaCatchUp) Close() {
+	c.cancel()
+	<-c.done
+}
+
+// startCatchUp starts catching up the replica just opened: it asks every
+// other member for its database id and last etag and, while this
+// replica's replication progress from one is short of that, marks it
+// behind. A member that does not answer is not waited for.
+func (n *Node) startCatchUp(db string, shard int, s *storage.Store) *replicaCatchUp {
 	k := replicaKey{db, shard}
-	ctx, cancel := context.WithTimeout(n.runCtx, catchUpTimeout)
-	done := make(chan struct{})
+	ctx, cancel := context.WithCancel(n.runCtx)
+	c := &replicaCatchUp{kick: make(chan struct{}, 1), cancel: cancel, done: make(chan struct{})}
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
-		defer close(done)
-		defer n.catchUps.set(k, false)
-		start := time.Now()
-		if err := n.catchUp(ctx, k, s); err != nil && n.runCtx.Err() == nil {
-			n.logger.Warn("replica serves before it caught up with its peers", "db", db, "shard", shard, "err", err)
-			return
-		}
-		if d := time.Since(start); d > 100*time.Millisecond {
-			n.logger.Info("replica caught up with its peers", "db", db, "shard", shard, "took", d)
+		defer close(c.done)
+		for {
+			n.catchUpOnce(ctx, k, s)
+			select {
+			case <-ctx.Done():
+				return
+			case <-c.kick:
+			}
 		}
 	}()
-	return func() {
-		cancel()
-		<-done
+	return c
+}
+
+// catchUpOnce runs catchUp within catchUpTimeout and then lifts the
+// replica's mark.
+func (n *Node) catchUpOnce(ctx context.Context, k replicaKey, s *storage.Store) {
+	ctx, cancel := context.WithTimeout(ctx, catchUpTimeout)
+	defer cancel()
+	defer n.catchUps.set(k, false)
+	start := time.Now()
+	if err := n.catchUp(ctx, k, s); err != nil && n.runCtx.Err() == nil && !errors.Is(err, context.Canceled) {
+		n.logger.Warn("replica serves before it caught up with its peers", "db", k.db, "shard", k.shard, "err", err)
+		return
 	}
+	if d := time.Since(start); d > 100*time.Millisecond {
+		n.logger.Info("replica caught up with its peers", "db", k.db, "shard", k.shard, "took", d)
+	}
+}
+
+// kickCatchUps marks every open replica of this node behind at once and
+// has each catch up with its peers again: the node was out of touch with
+// the cluster (paused, cut off), and the other members may have taken
+// writes it lacks. Until a replica's peers are asked, routed requests go
+// to another member rather than read old data or base a write on it.
+func (n *Node) kickCatchUps() {
+	n.replicas.forEachAgent(func(k replicaKey, a io.Closer) {
+		ac, ok := a.(agentCloser)
+		if !ok || ac.catchUp == nil {
+			return
+		}
+		n.catchUps.set(k, true)
+		select {
+		case ac.catchUp.kick <- struct{}{}:
+		default: // one is pending already
+		}
+	})
 }
 
 // catchUp marks the replica behind only once a member is known to be

@@ -22,11 +22,14 @@ import (
 // So every node confirms, every freshEvery, that it applied everything the
 // cluster had committed: the leader by a round of heartbeats to a quorum
 // (VerifyLeader), a follower by applying through the commit index of a
-// leader that has just confirmed it is leader. A node serves client
-// requests that depend on the records only within freshFor of the moment
-// its last confirmation was asked for; past it, a request waits for the
-// next confirmation, at most freshWait, and then gets a retryable 503
-// NodeCatchingUp.
+// leader that has just confirmed it is leader. A node takes client writes
+// only within freshFor of the moment its last confirmation was asked for;
+// past it, a write waits for the next confirmation, at most freshWait, and
+// then gets a retryable 503 NodeCatchingUp (so writes pause while the
+// cluster elects a leader). A replica trusts a router's newer record only
+// while its own node is fresh. Reads are served throughout: a stale node
+// answers from what it holds, and its replicas catch up again once it is
+// back (kickCatchUps).
 //
 // Staleness is thereby bounded by freshFor, and a database delete waits
 // freshFor before it answers: any request a client sends after the answer
@@ -104,11 +107,31 @@ func (n *Node) runFreshness(ctx context.Context) {
 	t := time.NewTicker(freshEvery)
 	defer t.Stop()
 	var leaderless time.Time
+	// cutOff: during the current lapse this process stood still (this loop
+	// did not run for freshFor) or heard no other node; its replicas may
+	// then lack writes their peers took. A lapse that is only a leader
+	// election, while replication ran on, is not one.
+	cutOff := false
+	last := time.Now()
 	for {
 		asked := time.Now()
+		if asked.Sub(last) > freshFor {
+			cutOff = true
+		}
+		last = asked
 		asOf, err := n.checkFresh(ctx, asked)
+		if err != nil && n.health.heardNone(freshFor) {
+			cutOff = true
+		}
 		switch {
 		case err == nil:
+			if !n.fresh.fresh() && cutOff && n.ready.Load() {
+				// Back in touch: the replicas' peers may hold writes these
+				// lack. Marked before the node serves again.
+				n.logger.Info("node is back in touch with the cluster; its replicas catch up with their peers")
+				n.kickCatchUps()
+			}
+			cutOff = false
 			n.fresh.confirm(asOf)
 			leaderless = time.Time{}
 		case ctx.Err() != nil:

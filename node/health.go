@@ -105,6 +105,25 @@ func (h *health) knownDown(tag string) bool {
 	return ok && time.Since(seen) >= downAfter
 }
 
+// heardNone reports whether no other node was heard from within d while
+// some are known: this node is cut off from the rest, not just missing one
+// that is down.
+func (h *health) heardNone(d time.Duration) bool {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	known := false
+	for tag, seen := range h.seen {
+		if tag == h.self {
+			continue
+		}
+		known = true
+		if time.Since(seen) <= d {
+			return false
+		}
+	}
+	return known
+}
+
 // heardFrom lists the other nodes heard from, in no particular order.
 func (h *health) heardFrom() []string {
 	h.mu.RLock()

@@ -458,11 +458,11 @@ func (n *Node) databaseNames() []string {
 // agent and its catching up with its peers.
 type agentCloser struct {
 	a       *resharding.Agent
-	catchUp func()
+	catchUp *replicaCatchUp
 }
 
 func (c agentCloser) Close() error {
-	c.catchUp()
+	c.catchUp.Close()
 	c.a.Close()
 	return nil
 }

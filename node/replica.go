@@ -100,7 +100,7 @@ type localReplica struct {
 // starting (its replicas may not follow the current records yet) or the
 // replica catches up with its peers.
 func (l *localReplica) servesClients() error {
-	if l.routed && (!l.n.ready.Load() || !l.n.fresh.fresh() || l.n.catchUps.isBehind(l.db, l.shard)) {
+	if l.routed && (!l.n.ready.Load() || l.n.catchUps.isBehind(l.db, l.shard)) {
 		return errCatchingUp(l.n, l.db, l.shard)
 	}
 	return nil
@@ -134,6 +134,14 @@ func (l *localReplica) get(_ context.Context, ids []string, recordEtag uint64) (
 func (l *localReplica) write(ctx context.Context, ops []storage.Op, wc writeConcern, routed uint64) ([]storage.Result, error) {
 	if err := l.servesClients(); err != nil {
 		return nil, err
+	}
+	if l.routed && !l.n.fresh.fresh() {
+		// This node lost touch with the cluster (paused, cut off) and has
+		// not confirmed it follows it again: the router may have given up
+		// on this write long ago (a 504) while other members took newer
+		// ones, and this node's records may be stale. Writes pause during
+		// a leader election anyway (see freshness).
+		return nil, errCatchingUp(l.n, l.db, l.shard)
 	}
 	fence := l.n.replicas.fence(l.db, l.shard)
 	g := fence.enter()

@@ -93,6 +93,16 @@ func (rs *replicaSet) checkView(db string, shard int, recordEtag uint64) error {
 	return nil
 }
 
+// forEachAgent calls fn for what runs beside each open replica (see
+// newAgent), under the set's read lock: fn must not block.
+func (rs *replicaSet) forEachAgent(fn func(k replicaKey, a io.Closer)) {
+	rs.mu.RLock()
+	defer rs.mu.RUnlock()
+	for k, a := range rs.agents {
+		fn(k, a)
+	}
+}
+
 // getWithReplicator returns the local replica and its replicator.
 func (rs *replicaSet) getWithReplicator(db string, shard int) (*storage.Store, *replication.Replicator, bool) {
 	rs.mu.RLock()

@@ -206,6 +206,19 @@ func (n *Node) handleStartResharding(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	// A retry finds its operation; an id reused for another range or
+	// shard finds one that is not this request's, or none.
+	if rid := r.Header.Get("Request-Id"); rid != "" {
+		rec := n.recordOf(t.rec.DatabaseName)
+		var op *raftfsm.ReshardingOperation
+		if rec != nil {
+			op = rec.Sharding.Resharding[id]
+		}
+		if op == nil || op.FromBucket != *req.FromBucket || op.ToBucket != *req.ToBucket || op.ToShard != *req.ToShard {
+			writeError(w, requestIDReused(r))
+			return
+		}
+	}
 	n.logger.Info("resharding started", "db", t.rec.DatabaseName, "operation", id, "from", *req.FromBucket, "to", *req.ToBucket, "shard", *req.ToShard)
 	writeJSON(w, http.StatusAccepted, map[string]string{"OperationId": id})
 }

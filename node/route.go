@@ -38,6 +38,12 @@ func (n *Node) guardWrites(db string, shard int, ops []storage.Op, routed uint64
 		return notFound("DatabaseDoesNotExist", "database %q does not exist", db)
 	}
 	if routed > rec.Etag {
+		// Trusted only while this node follows the cluster: a node that
+		// lost touch may hold the replica of a database deleted and
+		// created again since, under the same name (see freshness).
+		if !n.fresh.fresh() {
+			return errCatchingUp(n, db, shard)
+		}
 		return nil
 	}
 	for _, op := range ops {

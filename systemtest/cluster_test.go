@@ -321,6 +321,12 @@ func TestRestartedReplicaServesOnlyOnceCaughtUp(t *testing.T) {
 	for i := range docs {
 		ids += fmt.Sprintf("&id=x/%d", i)
 		if (i+1)%500 == 0 {
+			if rr, _ := testcluster.Do("GET", third.URL()+"/databases/db/docs?"+ids[1:], ""); rr.Status != 200 {
+				for _, m := range c.Members {
+					h, _ := testcluster.Do("GET", m.URL()+"/healthz", "")
+					t.Logf("health of %s: %s", m.Tag, h.Body)
+				}
+			}
 			r := testcluster.Must(t, 200, "GET", third.URL()+"/databases/db/docs?"+ids[1:], "").JSON(t)
 			for _, d := range r["Results"].([]any) {
 				if d := d.(map[string]any); d["V"] != float64(2) {

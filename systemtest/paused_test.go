@@ -79,3 +79,53 @@ func TestPausedNodeTakesNoWritesIntoADeletedDatabase(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteTimedOutOnAFrozenNodeIsNotAppliedLater: a write whose router
+// gave up on a frozen replica (504) waits in that node's socket; when the
+// node wakes it must not apply it over the newer acknowledged writes and
+// the delete that other replicas took meanwhile.
+func TestWriteTimedOutOnAFrozenNodeIsNotAppliedLater(t *testing.T) {
+	if testing.Short() {
+		t.Skip("process cluster")
+	}
+	c := testcluster.Start(t, testcluster.Options{Nodes: 3, Mode: testcluster.Processes})
+	C := c.Members[2]
+	rec := testcluster.Must(t, 201, "PUT", C.URL()+"/admin/databases/db", `{"Shards":1,"ReplicationFactor":2}`).JSON(t)
+	members := rec["Sharding"].(map[string]any)["Shards"].(map[string]any)["0"].(map[string]any)["Members"].([]any)
+	testcluster.Must(t, 201, "PUT", C.URL()+"/databases/db/docs?id=x&waitForReplicas=2", `{"v":"v1"}`)
+	var frozen *testcluster.Member
+	for _, m := range c.Members {
+		if m.Tag == members[0] {
+			frozen = m
+		}
+	}
+	frozen.Pause()
+	defer frozen.Resume2()
+	// Through C, which prefers the first member: the attempt there times
+	// out once C finds the node down (or goes to the other member).
+	r, err := testcluster.Do("PUT", C.URL()+"/databases/db/docs?id=x", `{"v":"v2-timed-out"}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("write to the frozen member: %d %s", r.Status, r.Body)
+	testcluster.WaitFor(t, 30*time.Second, "a write through the other member", func() error {
+		_, err := testcluster.Expect(201, "PUT", C.URL()+"/databases/db/docs?id=x", `{"v":"v3"}`)
+		return err
+	})
+	testcluster.Must(t, 204, "DELETE", C.URL()+"/databases/db/docs?id=x", "")
+	frozen.Resume()
+	testcluster.WaitFor(t, 30*time.Second, "the woken node to serve", func() error {
+		_, err := testcluster.Expect(200, "GET", frozen.URL()+"/healthz", "")
+		return err
+	})
+	// Long enough for replication between the two members to settle.
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, m := range c.Members {
+			if r, err := testcluster.Do("GET", m.URL()+"/databases/db/docs?id=x", ""); err == nil && r.Status != 404 {
+				t.Fatalf("the acknowledged delete was overwritten, read through %s: %d %s", m.Tag, r.Status, r.Body)
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
