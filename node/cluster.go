@@ -382,15 +382,25 @@ func (n *Node) proposeOnce(ctx context.Context, cmd raftfsm.Command) (uint64, er
 	if err != nil {
 		return 0, err
 	}
+	_, leader := n.raft.r.LeaderWithID()
 	url := n.leaderURL()
 	if url == "" {
 		return 0, unavailable("no raft leader is known to node %s", n.cfg.Node.Tag)
 	}
 	var rep applyReply
-	if err := n.postJSON(ctx, url+"/internal/raft/apply", data, &rep); err != nil {
+	fctx, stop := n.whileLeader(ctx, string(leader))
+	err = n.postJSON(fctx, url+"/internal/raft/apply", data, &rep)
+	stop()
+	if err != nil {
 		var ae *apiError
 		if errors.As(err, &ae) {
 			return 0, remoteError(ae)
+		}
+		if ctx.Err() == nil {
+			// The leader was replaced or found down while it had the
+			// command: retried with the next leader (the request id keeps
+			// it from applying twice).
+			return 0, unavailable("raft leader %s did not answer: %v", leader, err)
 		}
 		return 0, err
 	}
@@ -398,6 +408,35 @@ func (n *Node) proposeOnce(ctx context.Context, cmd raftfsm.Command) (uint64, er
 		return 0, err
 	}
 	return rep.Index, nil
+}
+
+// whileLeader returns a context that ends when ctx does, or when this node
+// sees that leader replaced or down: a command forwarded to a leader that
+// hangs is sent to its successor instead of waiting out the forward's
+// whole timeout.
+func (n *Node) whileLeader(ctx context.Context, leader string) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if _, id := n.raft.r.LeaderWithID(); string(id) != leader || n.health.knownDown(leader) {
+				cancel()
+				return
+			}
+		}
+	}()
+	return ctx, func() {
+		cancel()
+		<-done
+	}
 }
 
 // propose runs a command through raft and waits until this node's

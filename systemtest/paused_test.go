@@ -129,3 +129,41 @@ func TestWriteTimedOutOnAFrozenNodeIsNotAppliedLater(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 }
+
+// TestCommandThroughAFollowerOutlivesAFrozenLeader: a raft command sent
+// through a follower while the leader is frozen goes to the next leader;
+// no attempt waits out the whole forward to the frozen one (15 s).
+func TestCommandThroughAFollowerOutlivesAFrozenLeader(t *testing.T) {
+	if testing.Short() {
+		t.Skip("process cluster")
+	}
+	c := testcluster.Start(t, testcluster.Options{Nodes: 3, Mode: testcluster.Processes})
+	leader := c.Members[c.Leader()]
+	follower := c.Members[(c.Leader()+1)%3]
+	testcluster.Must(t, 201, "PUT", follower.URL()+"/admin/databases/db", `{"Shards":2,"ReplicationFactor":1}`)
+	leader.Pause()
+	defer leader.Resume2()
+	start := time.Now()
+	var last testcluster.Response
+	for time.Since(start) < 40*time.Second {
+		at := time.Now()
+		r, err := testcluster.Do("POST", follower.URL()+"/databases/db/resharding", `{"FromBucket":0,"ToBucket":10,"ToShard":1}`, "Request-Id", "frozen-leader")
+		if err != nil {
+			t.Fatal(err)
+		}
+		took := time.Since(at)
+		t.Logf("attempt after %v: %d in %v: %s", at.Sub(start).Round(time.Millisecond), r.Status, took.Round(time.Millisecond), r.Body)
+		if took > 12*time.Second {
+			t.Fatalf("one attempt waited %v on the frozen leader", took)
+		}
+		last = r
+		if r.Status == 202 {
+			return
+		}
+		if r.Status != 503 {
+			t.Fatalf("resharding through a follower while the leader is frozen: %d %s", r.Status, r.Body)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("no new leader took the command within 40 s; last answer %d %s", last.Status, last.Body)
+}
