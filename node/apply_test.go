@@ -4,7 +4,9 @@ import (
 	"math"
 	"net"
 	"testing"
+	"time"
 
+	"github.com/shardnode/shardnode/config"
 	"github.com/shardnode/shardnode/storage"
 )
 
@@ -110,5 +112,39 @@ func TestReusedRequestIDIsRefused(t *testing.T) {
 	}
 	if r := c.do("POST", "/databases/rs/resharding", `{"FromBucket": 0, "ToBucket": 10, "ToShard": 0}`, "Request-Id", "op-1"); r.Status != 409 || r.json(t)["Type"] != "RequestIdReused" {
 		t.Fatalf("resharding with a reused id: %d %s", r.Status, r.Body)
+	}
+}
+
+// TestLeaderFinishesARemovalThatStoppedHalfway: a node that raft's
+// configuration no longer lists but the state does (a removal whose raft
+// step committed and whose state step never ran) is removed from the
+// state by the leader, and its replicas are given to another node.
+func TestLeaderFinishesARemovalThatStoppedHalfway(t *testing.T) {
+	a := testNode(t, t.TempDir())
+	b := testNode(t, t.TempDir(), func(cfg *config.Config) {
+		cfg.Node.Tag = "B"
+		cfg.Raft.Bootstrap = false
+		cfg.Raft.Join = a.HTTPURL()
+	})
+	c := client{t, a.HTTPURL()}
+	waitFor(t, 10*time.Second, "B to register", func() bool { return len(a.fsm.Nodes()) == 2 })
+	_ = b
+	// The raft step alone, as when the removal's answer was lost.
+	if err := a.raft.r.RemoveServer("B", 0, 5*time.Second).Error(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 3*finishRemovalsEvery, "the leader to finish the removal", func() bool { return len(a.fsm.Nodes()) == 1 })
+	c.must(201, "PUT", "/admin/databases/db", `{"Shards": 1}`)
+}
+
+// waitFor polls cond until it holds or timeout passes.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -267,12 +267,42 @@ func (n *Node) handleRemoveNode(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		err = res.Err
 	}
+	if errors.Is(err, raftfsm.ErrNodeNotFound) {
+		err = nil // finishRemovals got there first
+	}
 	if err != nil {
 		writeError(w, err)
 		return
 	}
 	n.logger.Info("removed node", "tag", tag, "replacements", res.Value)
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// finishRemovalsEvery is how often the leader looks for removals that
+// stopped halfway.
+const finishRemovalsEvery = 5 * time.Second
+
+// finishRemovals completes, on the leader, the removal of nodes that raft's
+// configuration no longer lists but the state still does: a removal whose
+// raft step committed while its answer was lost (a leader change) and
+// whose state step never ran, leaving shards that list a node which will
+// never serve them. Joins add the raft voter first, so a node the state
+// lists and raft does not is always one being removed.
+func (n *Node) finishRemovals(ctx context.Context) {
+	for _, m := range n.fsm.Nodes() {
+		if m.Tag == n.cfg.Node.Tag || n.inRaftConfiguration(m.Tag) {
+			continue
+		}
+		res, err := n.raft.propose(ctx, &raftfsm.RemoveNode{Meta: raftfsm.Meta{At: time.Now().UTC()}, Tag: m.Tag, Candidates: n.upNodes()})
+		if err == nil {
+			err = res.Err
+		}
+		if err != nil {
+			n.logger.Warn("finish removing a node raft no longer lists", "tag", m.Tag, "err", err)
+			continue
+		}
+		n.logger.Info("finished removing a node raft no longer lists", "tag", m.Tag, "replacements", res.Value)
+	}
 }
 
 // handleApply applies a command forwarded by a follower; leader only.

@@ -261,13 +261,20 @@ func (n *Node) followRecords(ctx context.Context) {
 }
 
 // leaderLoop registers this node in the state whenever it becomes leader
-// (after a Barrier, so it acts on the whole log).
+// (after a Barrier, so it acts on the whole log), and while it leads
+// finishes node removals that stopped halfway.
 func (n *Node) leaderLoop(ctx context.Context) {
 	defer n.wg.Done()
+	t := time.NewTicker(finishRemovalsEvery)
+	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-t.C:
+			if n.raft.r.State() == raft.Leader {
+				n.finishRemovals(ctx)
+			}
 		case isLeader := <-n.raft.leaderCh:
 			if !isLeader {
 				continue
@@ -278,6 +285,7 @@ func (n *Node) leaderLoop(ctx context.Context) {
 			}
 			n.logger.Info("became raft leader")
 			n.kickRegister()
+			n.finishRemovals(ctx)
 		}
 	}
 }
