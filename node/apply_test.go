@@ -1,8 +1,10 @@
 package node
 
 import (
+	"context"
 	"math"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -147,4 +149,22 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// TestDataDirectoryKeepsItsNodeTag: a data directory opens only as the node
+// it was created for; another tag is refused at start with a message that
+// names node.tag (it used to run and never become ready).
+func TestDataDirectoryKeepsItsNodeTag(t *testing.T) {
+	dir := t.TempDir()
+	n := testNode(t, dir)
+	n.Close()
+	cfg := config.Default()
+	cfg.Node.DataDir, cfg.Node.Tag = dir, "C"
+	cfg.HTTP.Addr, cfg.Raft.Addr, cfg.NATS.Listen = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := Start(ctx, &cfg, nil); err == nil || !strings.Contains(err.Error(), "node.tag") || !strings.Contains(err.Error(), `"A"`) {
+		t.Fatalf("start as C on A's data directory: %v", err)
+	}
+	testNode(t, dir) // as A again
 }

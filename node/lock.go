@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 )
 
@@ -36,4 +37,51 @@ func (l *dirLock) release() {
 		_ = syscall.Flock(int(l.f.Fd()), syscall.LOCK_UN)
 		l.f.Close()
 	}
+}
+
+// nodeTagFile names, in the data directory, the tag of the node that the
+// directory belongs to.
+const nodeTagFile = "NODE_TAG"
+
+// checkNodeTag makes sure a data directory is only ever opened as the node
+// it was created for: its raft state names the node by tag, and a node
+// started on it under another tag never becomes ready (raft does not list
+// it). A directory from before the file existed is claimed by tag.
+func checkNodeTag(dir, tag string) error {
+	path := filepath.Join(dir, nodeTagFile)
+	b, err := os.ReadFile(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		if err := writeFileSync(path, []byte(tag+"\n")); err != nil {
+			return fmt.Errorf("node.data-dir %s: record the node tag: %w", dir, err)
+		}
+		return nil
+	case err != nil:
+		return fmt.Errorf("node.data-dir %s: read the node tag: %w", dir, err)
+	}
+	if have := strings.TrimSpace(string(b)); have != tag {
+		return fmt.Errorf("node.tag %q does not match node.data-dir %s, which belongs to node %q: start it with --tag %s, or give node %s an empty data directory", tag, dir, have, have, tag)
+	}
+	return nil
+}
+
+// writeFileSync writes a small file durably (temporary file, fsync, rename).
+func writeFileSync(path string, data []byte) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
 }

@@ -115,6 +115,9 @@ func Start(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Nod
 	if n.lock, err = lockDataDir(cfg.Node.DataDir); err != nil {
 		return nil, err
 	}
+	if err := checkNodeTag(cfg.Node.DataDir, cfg.Node.Tag); err != nil {
+		return nil, err
+	}
 	n.cache = pebble.NewCache(256 << 20)
 	n.replicas = newReplicaSet(cfg.DatabasesDir(), cfg.Node.Tag, n.cache, storage.NewDocCache(cfg.Storage.DocCacheBytes), busTransport{n}, logger)
 	n.replicas.newAgent = func(db string, shard int, s *storage.Store) io.Closer {
