@@ -361,6 +361,10 @@ func (n *Node) parseDocWrite(r *http.Request) (docWrite, error) {
 	if t.shard >= 0 {
 		return docWrite{}, badRequest("write through the database %q, not one shard replica", t.rec.DatabaseName)
 	}
+	ids := r.URL.Query()["id"]
+	if len(ids) > 1 {
+		return docWrite{}, badRequest("%s writes one document: give one id, not %d (bulk_docs writes several)", r.Method, len(ids))
+	}
 	dw := docWrite{t: t, id: r.URL.Query().Get("id")}
 	if err := validateID(dw.id); err != nil {
 		return docWrite{}, err

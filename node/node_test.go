@@ -317,6 +317,13 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"PUT", "/admin/databases/x", `{"Shardz": 3}`, 400, nil},
 		{"PUT", "/admin/databases/.hidden", `{"Shards": 1}`, 400, nil},
 		{"DELETE", "/admin/databases/nope", ``, 404, nil},
+		{"PUT", "/databases/db/docs?id=a&id=b", `{}`, 400, nil},
+		{"DELETE", "/databases/db/docs?id=keep&id=b", ``, 400, nil},
+		{"PUT", "/databases/db/docs?id=a", `{"n":1e400}`, 400, nil},
+		{"PUT", "/databases/db/docs?id=a", "{\"s\":\"\xff\"}", 400, nil},
+		{"PUT", "/databases/db/docs?id=a", `{}`, 415, []string{"Content-Encoding", "br"}},
+		{"PUT", "/databases/db/docs?id=a", `{}`, 400, []string{"Content-Encoding", "gzip"}},
+		{"POST", "/admin/databases/db$0/shards", `{"Members":["A"]}`, 400, nil},
 	}
 	for _, tc := range cases {
 		r := c.do(tc.method, tc.path, tc.body, tc.headers...)

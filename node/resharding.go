@@ -336,6 +336,10 @@ func (n *Node) handleAddShard(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	if t.shard >= 0 {
+		writeError(w, badRequest("add a shard to the database %q, not to one of its shards", t.rec.DatabaseName))
+		return
+	}
 	body, err := readBody(r, 64<<10)
 	if err != nil {
 		writeError(w, err)
