@@ -383,6 +383,8 @@ func TestValidationErrorsNameKey(t *testing.T) {
 		{"cluster.name", func(c *Config) { c.Cluster.Name = "a.b" }, "letters"},
 		{"log.level", func(c *Config) { c.Log.Level = "verbose" }, "debug, info, warn, error"},
 		{"log.format", func(c *Config) { c.Log.Format = "xml" }, "text or json"},
+		{"nats.cluster-listen", func(c *Config) { c.NATS.ClusterListen = c.NATS.Listen }, "same address as nats.listen"},
+		{"raft.addr", func(c *Config) { c.HTTP.Addr, c.Raft.Addr = ":9000", "127.0.0.1:9000" }, "same address as http.addr"},
 	}
 	for _, tc := range cases {
 		c := Default()
@@ -520,6 +522,14 @@ func TestWrongTypeRejected(t *testing.T) {
 	}
 	_, err = LoadFrom("", env(map[string]string{"SHARDNODE_HTTP_MAX_BODY_BYTES": "64MB"}), nil)
 	wantKeyError(t, err, "http.max-body-bytes")
+	// A count is not a size: no unit, and the message says so.
+	for _, v := range []string{"abc", "10KiB"} {
+		_, err = LoadFrom("", env(map[string]string{"SHARDNODE_RESHARDING_MIGRATOR_INTERVAL_MS": v}), nil)
+		wantKeyError(t, err, "resharding.migrator-interval-ms")
+		if strings.Contains(err.Error(), "bytes") {
+			t.Errorf("migrator-interval-ms %q: error %q speaks of bytes", v, err)
+		}
+	}
 }
 
 func TestJSONFileRoundTrip(t *testing.T) {

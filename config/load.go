@@ -168,7 +168,7 @@ func LoadFrom(file string, lookupEnv func(string) (string, bool), fs *pflag.Flag
 	// Decode every key into the struct, checking its type.
 	for _, f := range fields {
 		raw := v.Get(f.key)
-		if err := assign(f.ptr, raw); err != nil {
+		if err := assign(f.ptr, raw, strings.HasSuffix(f.key, "-bytes")); err != nil {
 			source := ""
 			switch {
 			case flagSet[f.key] != "":
@@ -310,7 +310,9 @@ func reflectValue(ptr any) any {
 
 // assign converts raw (from viper: the file's decoded value, an environment
 // or flag string, a flag's typed value or the default) and stores it in ptr.
-func assign(ptr any, raw any) error {
+// bytes says a number is a size, which may carry a KiB, MiB or GiB suffix;
+// other numbers are plain counts.
+func assign(ptr any, raw any, bytes bool) error {
 	switch p := ptr.(type) {
 	case *string:
 		s, ok := raw.(string)
@@ -332,8 +334,19 @@ func assign(ptr any, raw any) error {
 			return fmt.Errorf("expected true or false, got %s", describe(raw))
 		}
 	case *int64:
+		if s, ok := raw.(string); ok && !bytes {
+			n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+			if err != nil {
+				return errors.New("expected a whole number")
+			}
+			*p = n
+			return nil
+		}
 		n, err := toInt64(raw)
 		if err != nil {
+			if !bytes {
+				return errors.New("expected a whole number")
+			}
 			return err
 		}
 		*p = n

@@ -123,6 +123,20 @@ func (c *Config) Validate() error {
 		bad("nats.routes", nil, "routes need nats.cluster-listen to be set")
 	}
 
+	// Two listeners on one address: the second would fail to bind, and
+	// for the embedded NATS server only after a 10 s start-up timeout.
+	listeners := []struct{ key, addr string }{{"http.addr", c.HTTP.Addr}, {"raft.addr", c.Raft.Addr}}
+	if c.NATS.URL == "" {
+		listeners = append(listeners, struct{ key, addr string }{"nats.listen", c.NATS.Listen}, struct{ key, addr string }{"nats.cluster-listen", c.NATS.ClusterListen})
+	}
+	for i, a := range listeners {
+		for _, b := range listeners[i+1:] {
+			if sameListener(a.addr, b.addr) {
+				bad(b.key, b.addr, "is the same address as %s", a.key)
+			}
+		}
+	}
+
 	// cluster
 	if msg := checkClusterName(c.Cluster.Name); msg != "" {
 		bad("cluster.name", c.Cluster.Name, "%s", msg)
@@ -160,6 +174,19 @@ func CheckAddr(addr string) string { return checkAddr(addr) }
 // CheckURL returns what is wrong with raw as a URL with one of the schemes
 // and a host, or "".
 func CheckURL(raw string, schemes ...string) string { return checkURL(raw, schemes...) }
+
+// sameListener reports whether two listen addresses would bind the same
+// port: equal ports (not 0, which picks a free one) on equal hosts, or
+// where either host means every interface.
+func sameListener(a, b string) bool {
+	ha, pa, err1 := net.SplitHostPort(a)
+	hb, pb, err2 := net.SplitHostPort(b)
+	if err1 != nil || err2 != nil || pa != pb || pa == "0" {
+		return false
+	}
+	any := func(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
+	return ha == hb || any(ha) || any(hb)
+}
 
 // validTag reports whether tag is 1 to 4 uppercase letters A-Z.
 func validTag(tag string) bool {
