@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"errors"
 	"math"
 	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -189,5 +191,45 @@ func TestGzipRequestBodies(t *testing.T) {
 	r := c.must(200, "POST", "/databases/db/queries", gz(`{"Query":"from @all_docs order by v"}`), "Content-Encoding", "gzip").json(t)
 	if r["TotalResults"] != 2.0 {
 		t.Fatalf("query over gzip-sent documents: %v", r)
+	}
+}
+
+// TestReplicationFromAnEarlierDatabaseIsRefused: a replication batch that
+// says its replica belongs to a database created before the one of that
+// name this node knows (deleted since, and created again) is refused, so
+// its documents cannot enter the new database; one from a newer database
+// this node has not applied yet is a retryable refusal; one from a node of
+// an earlier version (no header) passes.
+func TestReplicationFromAnEarlierDatabaseIsRefused(t *testing.T) {
+	n := testNode(t, t.TempDir())
+	c := client{t, n.HTTPURL()}
+	c.must(201, "PUT", "/admin/databases/db", `{"Shards": 1}`)
+	old := n.recordOf("db").CreatedIndex
+	c.must(204, "DELETE", "/admin/databases/db", "")
+	c.must(201, "PUT", "/admin/databases/db", `{"Shards": 1}`)
+	cur := n.recordOf("db").CreatedIndex
+	status := func(err error) int {
+		var ae *apiError
+		if err == nil {
+			return 0
+		}
+		if errors.As(err, &ae) {
+			return ae.Status
+		}
+		return -1
+	}
+	for _, tc := range []struct {
+		created string
+		want    int
+	}{
+		{strconv.FormatUint(old, 10), 410},
+		{strconv.FormatUint(cur, 10), 0},
+		{strconv.FormatUint(cur+5, 10), 503},
+		{"", 0},
+		{"x", 400},
+	} {
+		if got := status(n.checkIncarnation("db", tc.created)); got != tc.want {
+			t.Errorf("batch from a database created at %q (this one: %d): status %d, want %d", tc.created, cur, got, tc.want)
+		}
 	}
 }

@@ -164,7 +164,10 @@ func (n *Node) checkFresh(ctx context.Context, asked time.Time) (time.Time, erro
 	ctx, cancel := context.WithTimeout(ctx, freshFor)
 	defer cancel()
 	if n.raft.r.State() == raft.Leader {
-		return asked, n.raft.r.VerifyLeader().Error()
+		if err := n.raft.r.VerifyLeader().Error(); err != nil {
+			return asked, err
+		}
+		return asked, n.replicas.waitFor(ctx, n.fsm.AppliedIndex())
 	}
 	url := n.leaderURL()
 	if url == "" {
@@ -175,8 +178,13 @@ func (n *Node) checkFresh(ctx context.Context, asked time.Time) (time.Time, erro
 		return asked, err
 	}
 	// The leader's commit index covers what was committed when it last
-	// confirmed it leads, which may be before this node asked.
-	return asked.Add(-rep.FreshAgo), n.waitAppliedThrough(ctx, rep.Index)
+	// confirmed it leads, which may be before this node asked. The
+	// replicas must follow what was applied too: a deleted database's
+	// replica is closed before the node counts as current again.
+	if err := n.waitAppliedThrough(ctx, rep.Index); err != nil {
+		return asked, err
+	}
+	return asked.Add(-rep.FreshAgo), n.replicas.waitFor(ctx, n.fsm.AppliedIndex())
 }
 
 // errNotFresh answers a client request on a node that could not confirm

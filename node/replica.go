@@ -642,12 +642,40 @@ func (n *Node) registerShardRPC() {
 		if err != nil {
 			return nil, badRequest("decode replication batch: %v", err)
 		}
+		if err := n.checkIncarnation(b.DB, rpcHeader(ctx, createdHeader)); err != nil {
+			return nil, err
+		}
 		l, err := n.local(b.DB, b.Shard)
 		if err != nil {
 			return nil, err
 		}
 		etag, err := replication.Apply(ctx, l.s, b)
 		return replication.ProgressReply{Etag: etag}, err
+	}
+}
+
+// checkIncarnation refuses a replication batch sent by a replica of another
+// database of the same name: one deleted since (its node lost touch with
+// the cluster, or its batch was delayed), whose documents must not enter
+// the new one; or a newer one this node has not applied yet (retryable).
+// created is the sender's createdHeader; empty (an earlier version) passes.
+func (n *Node) checkIncarnation(db, created string) error {
+	if created == "" {
+		return nil
+	}
+	idx, err := strconv.ParseUint(created, 10, 64)
+	if err != nil {
+		return badRequest("%s %q: %v", createdHeader, created, err)
+	}
+	rec := n.recordOf(db)
+	switch {
+	case rec != nil && rec.CreatedIndex == idx:
+		return nil
+	case rec != nil && idx < rec.CreatedIndex:
+		return &apiError{Status: http.StatusGone, Type: "DatabaseRecreated",
+			Msg: fmt.Sprintf("replication batch from a replica of an earlier database %q (created at raft index %d; this one was created at %d): refused", db, idx, rec.CreatedIndex)}
+	default:
+		return unavailable("node %s does not know database %q as created at raft index %d yet", n.cfg.Node.Tag, db, idx)
 	}
 }
 
@@ -687,12 +715,24 @@ type busTransport struct{ n *Node }
 // open a replica of a database that was deleted since (and perhaps created
 // again under the same name), and what that replica sent would land in the
 // new database's replicas. Reconciling to the current state drops it first.
+//
+// The same holds for a node that lost touch with the cluster (paused, cut
+// off): it replicates again once it is current (see freshness).
 func (t busTransport) errStarting() error {
-	if t.n.ready.Load() {
-		return nil
+	if !t.n.ready.Load() {
+		return fmt.Errorf("node %s is starting: it replicates once it has caught up with the cluster: %w", t.n.cfg.Node.Tag, replication.ErrNotReady)
 	}
-	return fmt.Errorf("node %s is starting: it replicates once it has caught up with the cluster: %w", t.n.cfg.Node.Tag, replication.ErrNotReady)
+	if !t.n.fresh.fresh() {
+		return fmt.Errorf("node %s has not confirmed lately that it follows the cluster: it replicates once it has: %w", t.n.cfg.Node.Tag, replication.ErrNotReady)
+	}
+	return nil
 }
+
+// createdHeader carries, on a replication batch, the raft index at which
+// the sender's database was created: a receiver whose database of that
+// name was created later refuses the batch, which comes from a replica of
+// a database deleted since.
+const createdHeader = "Db-Created-Index"
 
 func (t busTransport) Progress(ctx context.Context, peer string, req *replication.ProgressRequest) (*replication.ProgressReply, error) {
 	if err := t.errStarting(); err != nil {
@@ -714,13 +754,17 @@ func (t busTransport) Send(ctx context.Context, peer string, b *replication.Batc
 	if err := t.errStarting(); err != nil {
 		return 0, err
 	}
+	rec := t.n.recordOf(b.DB)
+	if rec == nil {
+		return 0, fmt.Errorf("database %q is gone from node %s's records: %w", b.DB, t.n.cfg.Node.Tag, replication.ErrNotReady)
+	}
 	data, err := b.MarshalBinary()
 	if err != nil {
 		return 0, fmt.Errorf("encode replication batch: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	raw, err := t.n.callRaw(ctx, peer, "repl.batch", data)
+	raw, err := t.n.callRawWith(ctx, peer, "repl.batch", data, map[string]string{createdHeader: strconv.FormatUint(rec.CreatedIndex, 10)})
 	if err != nil {
 		return 0, err
 	}

@@ -80,7 +80,7 @@ func (n *Node) handleRPC(ctx context.Context, m *nats.Msg) {
 			ctx, cancel = context.WithTimeout(ctx, time.Duration(ms)*time.Millisecond)
 			defer cancel()
 		}
-		v, err = h(ctx, m.Data)
+		v, err = h(context.WithValue(ctx, rpcHeadersKey{}, m.Header), m.Data)
 	}
 	if err != nil {
 		ae := toAPIError(err)
@@ -151,6 +151,21 @@ func (n *Node) call(ctx context.Context, tag, op string, req, out any) error {
 }
 
 func (n *Node) callRaw(ctx context.Context, tag, op string, data []byte) ([]byte, error) {
+	return n.callRawWith(ctx, tag, op, data, nil)
+}
+
+// rpcHeadersKey keys a request's bus headers in its handler's context.
+type rpcHeadersKey struct{}
+
+// rpcHeader is a header of the node-to-node request ctx belongs to, or "".
+func rpcHeader(ctx context.Context, name string) string {
+	h, _ := ctx.Value(rpcHeadersKey{}).(nats.Header)
+	return h.Get(name)
+}
+
+// callRawWith is callRaw with extra headers for the handler (see
+// rpcHeader); a node of an earlier version ignores them.
+func (n *Node) callRawWith(ctx context.Context, tag, op string, data []byte, extra map[string]string) ([]byte, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, rpcTimeout)
@@ -160,6 +175,9 @@ func (n *Node) callRaw(ctx context.Context, tag, op string, data []byte) ([]byte
 	m := nats.NewMsg(n.rpcSubject(tag))
 	m.Header.Set("Op", op)
 	m.Header.Set("Timeout-Ms", strconv.FormatInt(max(1, time.Until(dl).Milliseconds()), 10))
+	for k, v := range extra {
+		m.Header.Set(k, v)
+	}
 	m.Data = data
 	// A node that dies with our request in flight never answers: stop
 	// waiting as soon as it is found down.
