@@ -27,9 +27,10 @@ import (
 // joinRequest is POST /cluster/join's body.
 type joinRequest struct {
 	Node raftfsm.NodeInfo `json:"Node"`
-	// HadState says the node's raft stores held state when it started:
-	// it was a member once. Such a node that raft's configuration does not
-	// list was removed, and may not come back with that state.
+	// HadState says the node was a member once: its raft stores held
+	// state when it started, or the state listed it since. Such a node
+	// that raft's configuration does not list was removed, and may not
+	// come back with that state.
 	HadState bool `json:"HadState,omitempty"`
 }
 
@@ -90,6 +91,9 @@ func (n *Node) registerLoop(ctx context.Context) {
 func (n *Node) ensureRegistered(ctx context.Context) error {
 	self := n.selfInfo()
 	for _, m := range n.fsm.Nodes() {
+		if m.Tag == self.Tag {
+			n.wasMember.Store(true)
+		}
 		if m.Tag == self.Tag && m.HttpUrl == self.HttpUrl && m.RaftAddr == self.RaftAddr && m.NatsUrl == self.NatsUrl {
 			return nil
 		}
@@ -106,7 +110,7 @@ func (n *Node) ensureRegistered(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	body, _ := json.Marshal(joinRequest{Node: self, HadState: n.raft.existing})
+	body, _ := json.Marshal(joinRequest{Node: self, HadState: n.raft.existing || n.wasMember.Load()})
 	err := n.postJSON(ctx, url+"/cluster/join", body, nil)
 	if ae := (*apiError)(nil); errors.As(err, &ae) && ae.Type == "NodeRemoved" {
 		n.removedForGood.Store(true)

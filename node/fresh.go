@@ -112,14 +112,18 @@ func (n *Node) runFreshness(ctx context.Context) {
 	// then lack writes their peers took. A lapse that is only a leader
 	// election, while replication ran on, is not one.
 	cutOff := false
-	last := time.Now()
+	last := time.Now() // when the previous check returned
 	for {
 		asked := time.Now()
+		// The ticker wakes this loop freshEvery after a check returned
+		// (or at once after a slow one): a much longer gap is this
+		// process standing still. A check that waited on a hung leader
+		// is not.
 		if asked.Sub(last) > freshFor {
 			cutOff = true
 		}
-		last = asked
 		asOf, err := n.checkFresh(ctx, asked)
+		last = time.Now()
 		if err != nil && n.health.heardNone(freshFor) {
 			cutOff = true
 		}

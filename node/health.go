@@ -25,6 +25,9 @@ type health struct {
 	seen map[string]time.Time
 	inc  map[string]string        // each node's incarnation, from its heartbeats
 	down map[string]chan struct{} // closed when the node is found down
+	// lastSweep is when sweep last ran; a long gap means this process
+	// stood still (frozen, starved), not that the others went quiet.
+	lastSweep time.Time
 }
 
 func newHealth(self string) *health {
@@ -44,10 +47,25 @@ func (h *health) downSignal(tag string) <-chan struct{} {
 	return ch
 }
 
-// sweep fires the down signal of every node not heard from in time.
+// sweep fires the down signal of every node not heard from in time. It
+// runs every heartbeatEvery; when this process stood still in between, the
+// others' silence over that gap is its own, and it does not count: their
+// last heartbeats are moved forward by the gap, so requests in flight from
+// a node that was frozen are not cut short as if their targets had died.
 func (h *health) sweep() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	now := time.Now()
+	if !h.lastSweep.IsZero() {
+		if stall := now.Sub(h.lastSweep) - heartbeatEvery; stall > downAfter/2 {
+			for tag, seen := range h.seen {
+				if !seen.IsZero() && tag != h.self {
+					h.seen[tag] = seen.Add(stall)
+				}
+			}
+		}
+	}
+	h.lastSweep = now
 	for tag, ch := range h.down {
 		if time.Since(h.seen[tag]) >= downAfter {
 			close(ch)

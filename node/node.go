@@ -70,6 +70,10 @@ type Node struct {
 	// member said the cluster no longer lists it; unlike removed, raft's
 	// (possibly stale) configuration cannot clear it.
 	removedForGood atomic.Bool
+	// wasMember: the state listed this node at some point of this process
+	// (or its raft stores held state at start): a node that was a member
+	// and is not listed any more was removed, and may not join again.
+	wasMember atomic.Bool
 	// fresh is when this node last confirmed it follows the cluster's
 	// committed state; client requests wait for it (see freshness).
 	fresh *freshness
@@ -300,6 +304,7 @@ func (n *Node) waitRegistered(ctx context.Context) error {
 	for {
 		for _, m := range n.fsm.Nodes() {
 			if m.Tag == n.cfg.Node.Tag {
+				n.wasMember.Store(true)
 				return nil
 			}
 		}

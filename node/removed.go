@@ -65,7 +65,7 @@ func (n *Node) errRefused() error {
 // join is done. The bus, not the state, names whom to ask: until a
 // leader speaks, a restarted node's state is only its last snapshot's.
 func (n *Node) removedBy(ctx context.Context) (by, leader string) {
-	if !n.raft.existing {
+	if !n.raft.existing && !n.wasMember.Load() {
 		return "", ""
 	}
 	for _, tag := range n.health.heardFrom() {
