@@ -259,6 +259,10 @@ var dbidChar = func() (t [256]bool) {
 	return t
 }()
 
+// CheckDatabaseID returns what is wrong with s as a database id in change
+// vectors, or "": 1 to 64 of [A-Za-z0-9+/_-].
+func CheckDatabaseID(s string) string { return checkDBID(s) }
+
 func checkDBID(s string) string {
 	if len(s) == 0 || len(s) > maxDBIDLen {
 		return "database id " + strconv.Quote(s) + " must be 1-64 characters"

@@ -2,6 +2,7 @@ package raftfsm
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/hashicorp/raft"
@@ -50,4 +51,22 @@ func FuzzCheckedCommandApplies(f *testing.F) {
 		mustApply(t, fsm, 5, &StartBucketMigration{Database: "db", Bucket: 7, SourceShard: 0, DestinationShard: 1})
 		fsm.Apply(&raft.Log{Index: 6, Type: raft.LogCommand, Data: data})
 	})
+}
+
+// TestCreateDatabaseIDMustFitChangeVectors: a database id goes into moved
+// documents' change vectors; one that cannot be written there is refused
+// (it once made every node storing a moved document panic), and an empty
+// one gets an id derived from the entry's index, the same on every node.
+func TestCreateDatabaseIDMustFitChangeVectors(t *testing.T) {
+	f := threeNodes(t)
+	for _, id := range []string{"x, A:1-y|z", "a b", strings.Repeat("x", 65)} {
+		r := f.ApplyCommand(4, &CreateDatabase{Name: "db", Shards: 1, ReplicationFactor: 1, DatabaseID: id})
+		if !errors.Is(r.Err, ErrInvalid) {
+			t.Errorf("DatabaseId %q: %v, want ErrInvalid", id, r.Err)
+		}
+	}
+	mustApply(t, f, 5, &CreateDatabase{Name: "db", Shards: 1, ReplicationFactor: 1})
+	if rec, _ := f.Database("db"); rec.DatabaseID != "db5" {
+		t.Fatalf("empty DatabaseId became %q", rec.DatabaseID)
+	}
 }

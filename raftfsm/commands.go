@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/shardnode/shardnode/changevector"
 	"regexp"
 	"slices"
 	"sort"
@@ -225,6 +226,12 @@ func ValidateCreate(c *CreateDatabase) error {
 	if c.ReplicationFactor < 1 || c.ReplicationFactor > MaxReplicationFactor {
 		return fmt.Errorf("%w: ReplicationFactor %d: must be 1..%d", ErrInvalid, c.ReplicationFactor, MaxReplicationFactor)
 	}
+	// The id goes into every moved document's change vector (MOVE:<index>-
+	// <id>): one that does not parse there stops every node that stores one.
+	// An empty one is given a valid id when applied (applyCreateDatabase).
+	if msg := changevector.CheckDatabaseID(c.DatabaseID); msg != "" && c.DatabaseID != "" {
+		return fmt.Errorf("%w: DatabaseId: %s", ErrInvalid, msg)
+	}
 	return nil
 }
 
@@ -234,6 +241,10 @@ func applyCreateDatabase(s *State, index uint64, c *CreateDatabase) (any, error)
 	}
 	if _, ok := s.Databases[c.Name]; ok {
 		return nil, fmt.Errorf("%w: %q", ErrDatabaseExists, c.Name)
+	}
+	if c.DatabaseID == "" {
+		// Every node derives the same id from the entry's index.
+		c.DatabaseID = fmt.Sprintf("db%d", index)
 	}
 	tags := make([]string, 0, len(s.Nodes))
 	for t := range s.Nodes {
