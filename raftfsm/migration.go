@@ -3,6 +3,7 @@ package raftfsm
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -51,6 +52,11 @@ type SourceMigrationSendCompleted struct {
 	LastSourceChangeVector string `json:"LastSourceChangeVector"`
 	Documents              int64  `json:"Documents"`
 	Bytes                  int64  `json:"Bytes"`
+	// SentThrough bounds, per source replica (by its database id), the
+	// local etags of what the sender had and sent (see BucketMigration).
+	SentThrough map[string]uint64 `json:"SentThrough,omitempty"`
+	// SentBy is the sending replica's database id.
+	SentBy string `json:"SentBy,omitempty"`
 }
 
 // Type implements Command.
@@ -282,6 +288,7 @@ func applySendCompleted(s *State, index uint64, c *SourceMigrationSendCompleted)
 		}
 		m.Status, m.StatusSince = MigrationMoved, c.At
 		m.LastSourceChangeVector = c.LastSourceChangeVector
+		m.SentThrough, m.SentBy = maps.Clone(c.SentThrough), c.SentBy
 		m.Documents, m.Bytes = c.Documents, c.Bytes
 		m.LastError, m.Failures = "", 0
 		return m, nil

@@ -1,6 +1,7 @@
 package raftfsm
 
 import (
+	"maps"
 	"slices"
 	"time"
 
@@ -97,8 +98,20 @@ type BucketMigration struct {
 	MigrationIndex         uint64          `json:"MigrationIndex"`
 	ConfirmationIndex      uint64          `json:"ConfirmationIndex"`
 	LastSourceChangeVector string          `json:"LastSourceChangeVector"`
-	ConfirmedDestinations  []string        `json:"ConfirmedDestinations"`
-	ConfirmedSourceCleanup []string        `json:"ConfirmedSourceCleanup"`
+	// SentThrough, set with LastSourceChangeVector by senders of this
+	// version, is per source replica (by its database id) how far that
+	// replica's feed had reached the sender when it reported Moved: its
+	// own feed position for the sender's replica, its replication progress
+	// from each other one. A source replica purges only items it stored at
+	// or below its bound: a merged version vector alone also covers items
+	// the sender never had (versions from other shards' replicas follow no
+	// feed order here), and purging those lost them.
+	SentThrough map[string]uint64 `json:"SentThrough,omitempty"`
+	// SentBy is the database id of the replica that sent the bucket: what
+	// another replica got from it was its, so its version tells.
+	SentBy                 string   `json:"SentBy,omitempty"`
+	ConfirmedDestinations  []string `json:"ConfirmedDestinations"`
+	ConfirmedSourceCleanup []string `json:"ConfirmedSourceCleanup"`
 	// Leftovers marks a migration started by the documents migrator for
 	// items found in a bucket the source no longer owns.
 	Leftovers bool `json:"Leftovers,omitempty"`
@@ -170,6 +183,7 @@ func (r *DatabaseRecord) Clone() *DatabaseRecord {
 		cm := *m
 		cm.ConfirmedDestinations = slices.Clone(m.ConfirmedDestinations)
 		cm.ConfirmedSourceCleanup = slices.Clone(m.ConfirmedSourceCleanup)
+		cm.SentThrough = maps.Clone(m.SentThrough)
 		c.Sharding.BucketMigrations[b] = &cm
 	}
 	c.Sharding.Resharding = make(map[string]*ReshardingOperation, len(r.Sharding.Resharding))

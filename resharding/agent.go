@@ -322,6 +322,13 @@ func (a *Agent) send(ctx context.Context, m raftfsm.BucketMigration) error {
 				return err
 			}
 		}
+		// How far the other replicas' feeds had reached this one, read
+		// before the tail: whatever this replica had applied from them by
+		// now is in its own feed at or below where the tail ends.
+		progress, err := a.s.ReplicationProgresses()
+		if err != nil {
+			return err
+		}
 		n, next, err := s.tail(ctx, feed)
 		if err != nil {
 			return err
@@ -343,8 +350,10 @@ func (a *Agent) send(ctx context.Context, m raftfsm.BucketMigration) error {
 			s.mu.Lock()
 			docs, bytes := s.docs, s.bytes
 			s.mu.Unlock()
+			progress[a.s.DatabaseID()] = feed // its own feed, sent through
 			cmd := &raftfsm.SourceMigrationSendCompleted{Meta: raftfsm.Meta{At: time.Now().UTC()}, Database: a.db, Bucket: m.Bucket,
-				MigrationIndex: m.MigrationIndex, LastSourceChangeVector: s.version.String(), Documents: docs, Bytes: bytes}
+				MigrationIndex: m.MigrationIndex, LastSourceChangeVector: s.version.String(), Documents: docs, Bytes: bytes,
+				SentThrough: progress, SentBy: a.s.DatabaseID()}
 			if err := a.propose(ctx, cmd); err != nil {
 				return err
 			}
@@ -518,11 +527,17 @@ func (a *Agent) cleanup(ctx context.Context, m raftfsm.BucketMigration) error {
 	if err != nil {
 		return fmt.Errorf("migration of bucket %d: LastSourceChangeVector: %w", m.Bucket, err)
 	}
+	// A sender of this version says how far this replica's feed had
+	// reached it (see BucketMigration.SentThrough); a replica it does not
+	// name had sent it nothing, and keeps what it holds for the documents
+	// migrator.
+	bound, named := m.SentThrough[a.s.DatabaseID()]
+	purge := m.SentThrough == nil || (named && bound > 0)
 	a.c.NotePurge(a.db, a.shard, m.ConfirmationIndex)
 	var ops []storage.Op
 	err = a.s.IterateBucketsMeta(m.Bucket, m.Bucket, func(d *storage.Document) bool {
-		if !d.Artificial() {
-			ops = append(ops, storage.Op{Kind: storage.OpPurge, ID: d.ID, CoveredBy: covered})
+		if purge && !d.Artificial() {
+			ops = append(ops, storage.Op{Kind: storage.OpPurge, ID: d.ID, CoveredBy: covered, SentThrough: bound, SentBy: m.SentBy})
 		}
 		return true
 	})

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -76,6 +77,31 @@ func (s *Store) Conflicts(limit int) ([]Conflict, error) {
 		out = append(out, c)
 	}
 	return out, it.Error()
+}
+
+// ReplicationProgresses returns how far this replica applied each other
+// replica's feed, by that replica's database id.
+func (s *Store) ReplicationProgresses() (map[string]uint64, error) {
+	if !s.reads.enter() {
+		return nil, ErrClosed
+	}
+	defer s.reads.leave()
+	prefix := progressKey("")
+	upper := append(slices.Clone(prefix[:len(prefix)-1]), prefix[len(prefix)-1]+1)
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: upper})
+	if err != nil {
+		return nil, fmt.Errorf("replication progress: %w", err)
+	}
+	out := map[string]uint64{}
+	for it.First(); it.Valid(); it.Next() {
+		if v := it.Value(); len(v) == 8 {
+			out[string(it.Key()[len(prefix):])] = binary.BigEndian.Uint64(v)
+		}
+	}
+	if err := it.Close(); err != nil {
+		return nil, fmt.Errorf("replication progress: %w", err)
+	}
+	return out, nil
 }
 
 // ReplicationProgress is the last etag of source's feed (a replica's

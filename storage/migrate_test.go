@@ -4,7 +4,9 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/shardnode/shardnode/bucket"
 	"github.com/shardnode/shardnode/changevector"
 )
 
@@ -121,4 +123,60 @@ func TestMoveThereAndBack(t *testing.T) {
 		t.Fatalf("a$k after moving back: %+v %v", d, err)
 	}
 	_ = out
+}
+
+// TestPurgeKeepsWhatTheSenderNeverHad: a purge bounded by how far this
+// replica's feed reached the sender keeps an item stored here later, even
+// when the move's merged version covers its version (the version came from
+// another shard's replica, so it says nothing of what the sender held).
+func TestPurgeKeepsWhatTheSenderNeverHad(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t, t.TempDir())
+	res, err := s.Write(ctx, []Op{{Kind: OpPut, ID: "old$k", Body: []byte(`{"v":1}`)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bound := res[0].Etag
+	if _, err := s.Write(ctx, []Op{{Kind: OpPut, ID: "late$k", Body: []byte(`{"v":2}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := s.BucketStats(bucket.ForID("old$k"))
+	covered, _ := changevector.ParseVector(st.ChangeVector) // covers both versions
+	if _, err := s.Write(ctx, []Op{
+		{Kind: OpPurge, ID: "old$k", CoveredBy: covered, SentThrough: bound},
+		{Kind: OpPurge, ID: "late$k", CoveredBy: covered, SentThrough: bound},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get("old$k"); err != ErrNotFound {
+		t.Fatalf("the item the sender had is still here: %v", err)
+	}
+	if d, err := s.Get("late$k"); err != nil || string(d.Body) != `{"v":2}` {
+		t.Fatalf("the item stored after the sender's bound was purged: %v %v", d, err)
+	}
+}
+
+// TestPurgeTakesWhatCameFromTheSender: above the bound, an item this
+// replica got from the sender itself was the sender's, and its version
+// tells whether it moved: it is purged when covered.
+func TestPurgeTakesWhatCameFromTheSender(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t, t.TempDir())
+	res, err := s.Write(ctx, []Op{{Kind: OpPut, ID: "own$k", Body: []byte(`{"v":1}`)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bound := res[0].Etag
+	const sender = "SenderReplicaId"
+	if _, err := s.Write(ctx, []Op{{Kind: OpReplicate, ID: "theirs$k", Body: []byte(`{"v":2}`), ChangeVector: "Z:7-" + sender,
+		LastModified: time.Now().UTC(), Source: sender}}); err != nil {
+		t.Fatal(err)
+	}
+	covered, _ := changevector.ParseVector("Z:7-" + sender + ", A:99-" + s.DatabaseID())
+	if _, err := s.Write(ctx, []Op{{Kind: OpPurge, ID: "theirs$k", CoveredBy: covered, SentThrough: bound, SentBy: sender}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get("theirs$k"); err != ErrNotFound {
+		t.Fatalf("an item from the sender, covered, was kept: %v", err)
+	}
 }

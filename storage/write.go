@@ -73,6 +73,15 @@ type Op struct {
 	// CoveredBy is the version an item must be covered by to be purged
 	// (OpPurge).
 	CoveredBy changevector.Vector
+	// SentThrough, when not 0, is how far this replica's feed had reached
+	// the sender of a move (OpPurge): an item whose current version this
+	// replica stored later (a higher etag) was not sent, whatever its
+	// version, and is kept. 0: no such bound (senders of earlier versions).
+	// An item above the bound that this replica got from the sender itself
+	// (its feed entry names SentBy, the sender's database id, as origin)
+	// was the sender's, so its version tells: it is purged when covered.
+	SentThrough uint64
+	SentBy      string
 }
 
 // Result is the outcome of one Op.
@@ -675,6 +684,13 @@ func (g *round) applyPurge(parent *round, op Op) (Result, error) {
 	if !op.CoveredBy.Covers(local.Version) {
 		return res, nil // newer than what moved: a leftover for the migrator
 	}
+	if op.SentThrough != 0 && cur.doc.Etag > op.SentThrough && (op.SentBy == "" || g.s.feedOrigin(cur.doc.Etag) != op.SentBy) {
+		// The sender may never have had this version, though a merged
+		// version vector covers it (its entries can come from other
+		// shards' replicas, in no order this shard's feeds follow): a
+		// leftover too.
+		return res, nil
+	}
 	g.etag++
 	doc := &Document{ID: cur.doc.ID, Collection: cur.doc.Collection, ChangeVector: cur.doc.ChangeVector, LastModified: cur.doc.LastModified,
 		Etag: g.etag, Bucket: b, Flags: FlagDeleted | FlagArtificial}
@@ -683,6 +699,21 @@ func (g *round) applyPurge(parent *round, op Op) (Result, error) {
 	}
 	res.Skipped, res.Deleted, res.Etag = false, true, g.etag
 	return res, nil
+}
+
+// feedOrigin is the origin its feed entry gives the item stored at etag, or
+// "" when there is none (written here, or not committed yet).
+func (s *Store) feedOrigin(etag uint64) string {
+	v, closer, err := s.db.Get(etagKey(etag))
+	if err != nil {
+		return ""
+	}
+	defer closer.Close()
+	origin, _, err := parseFeedRef(v)
+	if err != nil {
+		return ""
+	}
+	return origin
 }
 
 // wins reports whether a beats b in a conflict: the later modification,
