@@ -324,7 +324,11 @@ func (n *Node) handleApply(w http.ResponseWriter, r *http.Request) {
 		n.forwardToLeader(w, r, body)
 		return
 	}
-	f := n.raft.r.Apply(body, 10*time.Second)
+	f, err := n.leaderApply(body)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
 	if err := f.Error(); err != nil {
 		writeError(w, unavailable("raft apply: %v", err))
 		return
@@ -335,6 +339,30 @@ func (n *Node) handleApply(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, applyReply{Index: f.Index(), Duplicate: res.Duplicate})
+}
+
+// leaderApply applies an encoded command through raft on this node, the
+// leader. Database creates pass one at a time, each checked, once the one
+// before it is applied, against the names that differ from it only in
+// case: nodes check that before they propose, but two creates sent to two
+// nodes at once both passed, and made two databases of one name.
+func (n *Node) leaderApply(data []byte) (raft.ApplyFuture, error) {
+	if len(data) == 0 || raftfsm.CommandType(data[0]) != raftfsm.TypeCreateDatabase {
+		return n.raft.r.Apply(data, 10*time.Second), nil
+	}
+	var c raftfsm.CreateDatabase
+	if err := json.Unmarshal(data[1:], &c); err != nil {
+		return n.raft.r.Apply(data, 10*time.Second), nil // the state machine refuses it
+	}
+	n.createMu.Lock()
+	defer n.createMu.Unlock()
+	if other := n.sameNameOtherCase(c.Name); other != "" {
+		return nil, &apiError{Status: http.StatusConflict, Type: "DatabaseAlreadyExists",
+			Msg: fmt.Sprintf("database %q exists: names are case-insensitive, so %q would be the same database", other, c.Name)}
+	}
+	f := n.raft.r.Apply(data, 10*time.Second)
+	_ = f.Error() // applied here before the next create is checked
+	return f, nil
 }
 
 // remoteError turns a forwarded command's error answer back into the
@@ -399,7 +427,10 @@ func (n *Node) proposeOnce(ctx context.Context, cmd raftfsm.Command) (uint64, er
 		if err != nil {
 			return 0, err
 		}
-		f := n.raft.r.Apply(data, 10*time.Second)
+		f, err := n.leaderApply(data)
+		if err != nil {
+			return 0, err
+		}
 		err = f.Error()
 		if err == nil {
 			res, _ := f.Response().(raftfsm.Result)

@@ -74,6 +74,9 @@ type Node struct {
 	// (or its raft stores held state at start): a node that was a member
 	// and is not listed any more was removed, and may not join again.
 	wasMember atomic.Bool
+	// createMu passes database creates through the leader one at a time
+	// (see leaderApply).
+	createMu sync.Mutex
 	// fresh is when this node last confirmed it follows the cluster's
 	// committed state; client requests wait for it (see freshness).
 	fresh *freshness

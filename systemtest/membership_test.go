@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -187,5 +188,47 @@ func TestRemovedLiveNodeStopsServing(t *testing.T) {
 	}
 	if r := testcluster.Must(t, 200, "GET", L+"/cluster", ""); strings.Contains(string(r.Body), `"Tag":"`+victim.Tag+`"`) {
 		t.Fatalf("the removed node is back: %s", r.Body)
+	}
+}
+
+// TestConcurrentCreatesOfOneNameInOtherCases: creates of names that differ
+// only in case, sent to three nodes at once, make one database; the others
+// are 409s (they made two or three before).
+func TestConcurrentCreatesOfOneNameInOtherCases(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{Nodes: 3})
+	for round := range 5 {
+		names := []string{fmt.Sprintf("race%d", round), fmt.Sprintf("RACE%d", round), fmt.Sprintf("Race%d", round)}
+		var wg sync.WaitGroup
+		codes := make([]int, len(names))
+		for i, name := range names {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r, err := testcluster.Do("PUT", c.URL(i)+"/admin/databases/"+name, `{"Shards":1}`)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				codes[i] = r.Status
+			}()
+		}
+		wg.Wait()
+		created := 0
+		for _, code := range codes {
+			switch code {
+			case 201:
+				created++
+			case 409:
+			default:
+				t.Fatalf("round %d: answers %v", round, codes)
+			}
+		}
+		if created != 1 {
+			t.Fatalf("round %d: %d databases created of one name in other cases (answers %v)", round, created, codes)
+		}
+	}
+	dbs := testcluster.Must(t, 200, "GET", c.URL(0)+"/admin/databases", "").JSON(t)["Databases"].([]any)
+	if len(dbs) != 5 {
+		t.Fatalf("%d databases, want 5", len(dbs))
 	}
 }
