@@ -35,9 +35,12 @@ import (
 // freshFor before it answers: any request a client sends after the answer
 // finds every node either aware of the delete or refusing.
 const (
-	freshEvery = 200 * time.Millisecond
-	freshFor   = time.Second
-	freshWait  = 2 * time.Second
+	// routedFreshWait is how long a write routed to a replica on a node
+	// that is not current waits for it to be (see localReplica.write).
+	routedFreshWait = time.Second
+	freshEvery      = 200 * time.Millisecond
+	freshFor        = time.Second
+	freshWait       = 2 * time.Second
 )
 
 // freshness is when this node last confirmed it follows the cluster's
@@ -124,6 +127,11 @@ func (n *Node) runFreshness(ctx context.Context) {
 		}
 		asOf, err := n.checkFresh(ctx, asked)
 		last = time.Now()
+		// A check gives up after freshFor; one that took much longer was
+		// frozen with its process.
+		if last.Sub(asked) > freshFor+freshFor/2 {
+			cutOff = true
+		}
 		if err != nil && n.health.heardNone(freshFor) {
 			cutOff = true
 		}

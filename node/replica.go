@@ -136,12 +136,19 @@ func (l *localReplica) write(ctx context.Context, ops []storage.Op, wc writeConc
 		return nil, err
 	}
 	if l.routed && !l.n.fresh.fresh() {
-		// This node lost touch with the cluster (paused, cut off) and has
-		// not confirmed it follows it again: the router may have given up
-		// on this write long ago (a 504) while other members took newer
-		// ones, and this node's records may be stale. Writes pause during
-		// a leader election anyway (see freshness).
-		return nil, errCatchingUp(l.n, l.db, l.shard)
+		// This node has not confirmed lately that it follows the cluster:
+		// a leader election (writes pause for it anyway), or this node
+		// stood still or was cut off, and the router may have given up on
+		// this write long ago (a 504) while other members took newer ones.
+		// Wait a moment for the next confirmation: coming back from a
+		// stall, the node marks its replicas behind before it confirms,
+		// and the check below then refuses.
+		if !l.n.fresh.wait(ctx, routedFreshWait) {
+			return nil, errCatchingUp(l.n, l.db, l.shard)
+		}
+		if err := l.servesClients(); err != nil {
+			return nil, err
+		}
 	}
 	fence := l.n.replicas.fence(l.db, l.shard)
 	g := fence.enter()
