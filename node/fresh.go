@@ -26,8 +26,9 @@ import (
 // only within freshFor of the moment its last confirmation was asked for;
 // past it, a write waits for the next confirmation, at most freshWait, and
 // then gets a retryable 503 NodeCatchingUp (so writes pause while the
-// cluster elects a leader). A replica trusts a router's newer record only
-// while its own node is fresh. Reads are served throughout: a stale node
+// cluster elects a leader); a write routed to a replica on such a node
+// waits at most routedFreshWait. A replica trusts a router's newer record
+// only while its own node is fresh. Reads are served throughout: a stale node
 // answers from what it holds, and its replicas catch up again once it is
 // back (kickCatchUps).
 //
