@@ -11,7 +11,7 @@ import (
 // A node removed from the cluster (DELETE /cluster/nodes/{tag}) while it was
 // down hears nothing when it restarts: the other members no longer send it
 // the log or heartbeats, so it never learns of a leader. Rather than wait
-// for its start-up deadline, it asks the members its state knows of, and
+// for its start-up deadline, it asks the nodes it hears on the bus, and
 // stops with an error that says what happened.
 
 // Intervals of waitLeader's check for a removal: raft names a leader within
@@ -61,8 +61,8 @@ func (n *Node) errRefused() error {
 // removedBy asks the nodes it hears on the bus for their view of the
 // cluster, and returns one that follows a leader and lists itself but not
 // this node, with that leader. Only a node that was a member (its raft
-// stores held state at start) asks: a new one is listed only once its
-// join is done. The bus, not the state, names whom to ask: until a
+// stores held state at start, or the state listed it since) asks: a new
+// one is listed only once its join is done. The bus, not the state, names whom to ask: until a
 // leader speaks, a restarted node's state is only its last snapshot's.
 func (n *Node) removedBy(ctx context.Context) (by, leader string) {
 	if !n.raft.existing && !n.wasMember.Load() {
