@@ -117,9 +117,11 @@ type migrationEvent struct {
 	DestinationShard int    `json:"DestinationShard"`
 	Step             string `json:"Step"`
 	OperationID      string `json:"OperationId,omitempty"`
-	Error            string `json:"Error,omitempty"`
+	// Leftovers marks a migration the documents migrator started.
+	Leftovers bool   `json:"Leftovers,omitempty"`
+	Error     string `json:"Error,omitempty"`
 }
 
 func newMigrationEvent(m *raftfsm.BucketMigration, step string) migrationEvent {
-	return migrationEvent{m.Bucket, m.MigrationIndex, m.SourceShard, m.DestinationShard, step, m.OperationID, m.LastError}
+	return migrationEvent{m.Bucket, m.MigrationIndex, m.SourceShard, m.DestinationShard, step, m.OperationID, m.Leftovers, m.LastError}
 }

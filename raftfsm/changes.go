@@ -11,8 +11,9 @@ type ChangeKind string
 // Kinds of Change.
 const (
 	// ChangeMigration is one step of a bucket migration: its Step is the
-	// new status, "Completed" when the migration left the record, or
-	// "Error" when a step failed again.
+	// new status, "FinalPass" when the sender recorded its last pass,
+	// "Completed" when the migration left the record, or "Error" when a
+	// step failed again.
 	ChangeMigration ChangeKind = "migration"
 	// ChangeOperation is a change of a resharding operation's progress.
 	ChangeOperation ChangeKind = "operation"
@@ -111,6 +112,8 @@ func DiffRecords(index uint64, prev, cur *DatabaseRecord) []Change {
 			ev(m, string(m.Status))
 		case old.Status != m.Status:
 			ev(m, string(m.Status))
+		case old.FinalPass == nil && m.FinalPass != nil:
+			ev(m, "FinalPass")
 		case old.Failures != m.Failures:
 			ev(m, "Error")
 		}
@@ -122,7 +125,7 @@ func DiffRecords(index uint64, prev, cur *DatabaseRecord) []Change {
 	}
 	for id, op := range cur.Sharding.Resharding {
 		old, ok := prev.Sharding.Resharding[id]
-		if !ok || old.BucketsDone != op.BucketsDone || old.Status != op.Status || len(old.Errors) != len(op.Errors) {
+		if !ok || old.BucketsDone != op.BucketsDone || old.DocumentsMoved != op.DocumentsMoved || old.Status != op.Status || len(old.Errors) != len(op.Errors) {
 			out = append(out, Change{Index: index, Database: cur.DatabaseName, Kind: ChangeOperation, Operation: op, Migrations: OperationMigrations(cur, id)})
 		}
 	}

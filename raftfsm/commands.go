@@ -36,6 +36,10 @@ const (
 	TypeStartResharding             CommandType = 16
 	TypeAddShard                    CommandType = 17
 	TypeCancelResharding            CommandType = 18
+	// TypeSourceMigrationFinalPass is skippable: a node that does not know
+	// it keeps the record without the final pass, as before it existed
+	// (its source replicas then purge by LastSourceChangeVector alone).
+	TypeSourceMigrationFinalPass = 19 | IgnoreUnknownFlag
 )
 
 // Limits on database records.

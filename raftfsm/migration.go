@@ -88,6 +88,25 @@ type SourceMigrationCleanup struct {
 // Type implements Command.
 func (SourceMigrationCleanup) Type() CommandType { return TypeSourceMigrationCleanup }
 
+// SourceMigrationFinalPass records the sender's last pass, made after the
+// ownership flip: writes that passed the write guard between Moved and the
+// flip reached the destination too. The source replicas purge what it
+// covers, so those writes are not left for the documents migrator.
+type SourceMigrationFinalPass struct {
+	Meta
+	Database       string        `json:"Database"`
+	Bucket         uint32        `json:"Bucket"`
+	MigrationIndex uint64        `json:"MigrationIndex"`
+	Pass           MigrationPass `json:"Pass"`
+	// Documents and Bytes count what the last pass sent beyond what the
+	// migration had counted.
+	Documents int64 `json:"Documents"`
+	Bytes     int64 `json:"Bytes"`
+}
+
+// Type implements Command.
+func (SourceMigrationFinalPass) Type() CommandType { return TypeSourceMigrationFinalPass }
+
 // BucketSpan is an inclusive range of buckets.
 type BucketSpan struct {
 	From uint32 `json:"From"`
@@ -169,6 +188,7 @@ func registerMigrationCommands() {
 	register(TypeStartResharding, applyStartResharding)
 	register(TypeAddShard, applyAddShard)
 	register(TypeCancelResharding, applyCancelResharding)
+	register(TypeSourceMigrationFinalPass, applyFinalPass)
 }
 
 func applyCancelResharding(s *State, index uint64, c *CancelResharding) (any, error) {
@@ -291,6 +311,33 @@ func applySendCompleted(s *State, index uint64, c *SourceMigrationSendCompleted)
 		m.SentThrough, m.SentBy = maps.Clone(c.SentThrough), c.SentBy
 		m.Documents, m.Bytes = c.Documents, c.Bytes
 		m.LastError, m.Failures = "", 0
+		return m, nil
+	})
+}
+
+func applyFinalPass(s *State, index uint64, c *SourceMigrationFinalPass) (any, error) {
+	return mutate(s, index, c.Database, func(r *DatabaseRecord) (any, error) {
+		m, err := r.migrationAt(c.Bucket, c.MigrationIndex, MigrationOwnershipTransferred)
+		if err != nil {
+			return nil, err
+		}
+		if m.FinalPass != nil {
+			return nil, fmt.Errorf("%w: the final pass of bucket %d (index %d) is recorded", ErrStale, c.Bucket, c.MigrationIndex)
+		}
+		// An empty ChangeVector is a pass that sent nothing: it covers
+		// nothing.
+		if c.Pass.SentBy == "" || c.Pass.Node == "" || c.Documents < 0 || c.Bytes < 0 {
+			return nil, fmt.Errorf("%w: a final pass needs SentBy and Node, and no negative counts", ErrInvalid)
+		}
+		p := c.Pass
+		p.SentThrough = maps.Clone(p.SentThrough)
+		m.FinalPass = &p
+		m.Documents += c.Documents
+		m.Bytes += c.Bytes
+		if op := r.Sharding.Resharding[m.OperationID]; op != nil {
+			op.DocumentsMoved += c.Documents
+			op.BytesMoved += c.Bytes
+		}
 		return m, nil
 	})
 }

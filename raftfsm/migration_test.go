@@ -1,7 +1,9 @@
 package raftfsm
 
 import (
+	"bytes"
 	"errors"
+	"io"
 	"testing"
 )
 
@@ -106,6 +108,70 @@ func TestReshardingOperationCounts(t *testing.T) {
 	}
 	if err := rec.Sharding.BucketRanges.Validate(); err != nil || rec.ShardOf(349520) != 1 || rec.ShardOf(349519) != 0 {
 		t.Fatalf("ranges %+v %v", rec.Sharding.BucketRanges, err)
+	}
+}
+
+// TestFinalPassIsRecordedOnceAfterTheFlip checks the sender's last pass:
+// only after the flip, once, with what it needs, counted in the migration
+// and its operation, and kept through a snapshot.
+func TestFinalPassIsRecordedOnceAfterTheFlip(t *testing.T) {
+	f := migrationFixture(t)
+	const b = 349524
+	mustApply(t, f, 5, &StartResharding{Database: "db", OperationID: "op", FromBucket: b, ToBucket: b, ToShard: 1})
+	mustApply(t, f, 6, &StartBucketMigration{Database: "db", Bucket: b, SourceShard: 0, DestinationShard: 1, OperationID: "op"})
+	pass := MigrationPass{ChangeVector: "A:9-x", SentThrough: map[string]uint64{"x": 9, "y": 4}, SentBy: "x", Node: "A"}
+	final := &SourceMigrationFinalPass{Database: "db", Bucket: b, MigrationIndex: 6, Pass: pass, Documents: 2, Bytes: 20}
+	if r := f.ApplyCommand(7, final); !errors.Is(r.Err, ErrStale) {
+		t.Fatalf("final pass while Moving: %v", r.Err)
+	}
+	mustApply(t, f, 8, &SourceMigrationSendCompleted{Database: "db", Bucket: b, MigrationIndex: 6, LastSourceChangeVector: "A:5-x", Documents: 3, Bytes: 30})
+	if r := f.ApplyCommand(9, final); !errors.Is(r.Err, ErrStale) {
+		t.Fatalf("final pass while Moved: %v", r.Err)
+	}
+	mustApply(t, f, 10, &DestinationMigrationConfirm{Database: "db", Bucket: b, MigrationIndex: 6, Node: "B"})
+	mustApply(t, f, 11, &DestinationMigrationConfirm{Database: "db", Bucket: b, MigrationIndex: 6, Node: "C"})
+	for _, bad := range []*SourceMigrationFinalPass{
+		{Database: "db", Bucket: b, MigrationIndex: 6, Pass: MigrationPass{ChangeVector: "A:9-x", SentBy: "x"}},
+		{Database: "db", Bucket: b, MigrationIndex: 6, Pass: MigrationPass{ChangeVector: "A:9-x", Node: "A"}},
+		{Database: "db", Bucket: b, MigrationIndex: 6, Pass: pass, Documents: -1},
+	} {
+		if r := f.ApplyCommand(12, bad); !errors.Is(r.Err, ErrInvalid) {
+			t.Fatalf("final pass %+v: %v", bad, r.Err)
+		}
+	}
+	mustApply(t, f, 13, final)
+	pass.SentThrough["x"] = 99 // the record keeps its own copy
+	if r := f.ApplyCommand(14, final); !errors.Is(r.Err, ErrStale) {
+		t.Fatalf("second final pass: %v", r.Err)
+	}
+	rec, _ := f.Record("db")
+	m := rec.Sharding.BucketMigrations[b]
+	if m.FinalPass == nil || m.FinalPass.ChangeVector != "A:9-x" || m.FinalPass.SentThrough["x"] != 9 || m.FinalPass.Node != "A" ||
+		m.Documents != 5 || m.Bytes != 50 || m.LastSourceChangeVector != "A:5-x" {
+		t.Fatalf("migration after the final pass: %+v (pass %+v)", m, m.FinalPass)
+	}
+	if o := rec.Sharding.Resharding["op"]; o.DocumentsMoved != 5 || o.BytesMoved != 50 {
+		t.Fatalf("operation counts %d docs, %d bytes; want 5, 50", o.DocumentsMoved, o.BytesMoved)
+	}
+	clone := rec.Clone()
+	clone.Sharding.BucketMigrations[b].FinalPass.SentThrough["x"] = 1
+	if rec.Sharding.BucketMigrations[b].FinalPass.SentThrough["x"] != 9 {
+		t.Fatal("a clone shares the final pass")
+	}
+	snap, err := f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := &memSink{}
+	if err := snap.Persist(sink); err != nil {
+		t.Fatal(err)
+	}
+	g := New()
+	if err := g.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := g.Record("db"); r.Sharding.BucketMigrations[b].FinalPass == nil {
+		t.Fatal("the final pass did not survive a snapshot")
 	}
 }
 

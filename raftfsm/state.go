@@ -109,9 +109,12 @@ type BucketMigration struct {
 	SentThrough map[string]uint64 `json:"SentThrough,omitempty"`
 	// SentBy is the database id of the replica that sent the bucket: what
 	// another replica got from it was its, so its version tells.
-	SentBy                 string   `json:"SentBy,omitempty"`
-	ConfirmedDestinations  []string `json:"ConfirmedDestinations"`
-	ConfirmedSourceCleanup []string `json:"ConfirmedSourceCleanup"`
+	SentBy string `json:"SentBy,omitempty"`
+	// FinalPass, recorded after the flip, is what the sender's last pass
+	// covered; nil until then (and in records of older senders).
+	FinalPass              *MigrationPass `json:"FinalPass,omitempty"`
+	ConfirmedDestinations  []string       `json:"ConfirmedDestinations"`
+	ConfirmedSourceCleanup []string       `json:"ConfirmedSourceCleanup"`
 	// Leftovers marks a migration started by the documents migrator for
 	// items found in a bucket the source no longer owns.
 	Leftovers bool `json:"Leftovers,omitempty"`
@@ -125,6 +128,22 @@ type BucketMigration struct {
 	// LastError and Failures report a step that keeps failing.
 	LastError string `json:"LastError,omitempty"`
 	Failures  int    `json:"Failures,omitempty"`
+}
+
+// MigrationPass is what a sender's pass over a bucket covered: a source
+// replica purges an item only if the pass covers its version and the
+// sender had it (see BucketMigration.SentThrough).
+type MigrationPass struct {
+	// ChangeVector merges the versions of everything the sender sent.
+	ChangeVector string `json:"ChangeVector"`
+	// SentThrough bounds, per source replica (by database id), the local
+	// etags of what the sender had when it made the pass.
+	SentThrough map[string]uint64 `json:"SentThrough,omitempty"`
+	// SentBy is the sending replica's database id, Node its node: a
+	// replica that got items from the sender waits for its feed to reach
+	// SentThrough[SentBy] before it purges, while that node is up.
+	SentBy string `json:"SentBy"`
+	Node   string `json:"Node"`
 }
 
 // Operation statuses.
@@ -184,6 +203,11 @@ func (r *DatabaseRecord) Clone() *DatabaseRecord {
 		cm.ConfirmedDestinations = slices.Clone(m.ConfirmedDestinations)
 		cm.ConfirmedSourceCleanup = slices.Clone(m.ConfirmedSourceCleanup)
 		cm.SentThrough = maps.Clone(m.SentThrough)
+		if m.FinalPass != nil {
+			p := *m.FinalPass
+			p.SentThrough = maps.Clone(p.SentThrough)
+			cm.FinalPass = &p
+		}
 		c.Sharding.BucketMigrations[b] = &cm
 	}
 	c.Sharding.Resharding = make(map[string]*ReshardingOperation, len(r.Sharding.Resharding))

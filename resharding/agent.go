@@ -145,8 +145,11 @@ func (a *Agent) reconcile(ctx context.Context, rec *raftfsm.DatabaseRecord) bool
 			}
 		case m.SourceShard == a.shard && m.Status == raftfsm.MigrationOwnershipTransferred:
 			// The sender makes one last pass after the flip (writes that
-			// passed the guard just before it); cleanup waits for it.
-			if sending(m) || sentFinal(m) {
+			// passed the guard just before it) and records it; cleanup
+			// waits for that record. A sender that died before it is
+			// replaced by the shard's responsible replica, which sends the
+			// bucket again (by version: duplicates are no-ops).
+			if sending(m) || sentFinal(m) || (m.FinalPass == nil && a.responsible(rec.Sharding.Shards[a.shard].Members)) {
 				want[taskKey{"send", m.Bucket, m.MigrationIndex}] = m
 			}
 			if !slices.Contains(m.ConfirmedSourceCleanup, me) && !sending(m) {
@@ -274,8 +277,9 @@ func (a *Agent) propose(ctx context.Context, cmd raftfsm.Command) error {
 // from a snapshot, then the tail of the changes feed for later writes.
 // When a tail pass finds nothing new while Moving, it records
 // SourceMigrationSendCompleted with the merged version of everything sent.
-// It keeps tailing while Moved (writes still land here) and makes one last
-// pass after the ownership flip.
+// It keeps tailing while Moved (writes still land here), makes one last
+// pass after the ownership flip and records what that pass covered
+// (SourceMigrationFinalPass).
 func (a *Agent) send(ctx context.Context, m raftfsm.BucketMigration) error {
 	rec := a.c.Record(a.db)
 	if rec == nil {
@@ -329,13 +333,28 @@ func (a *Agent) send(ctx context.Context, m raftfsm.BucketMigration) error {
 		if err != nil {
 			return err
 		}
+		s.mu.Lock()
+		docsBefore, bytesBefore := s.docs, s.bytes
+		s.mu.Unlock()
 		n, next, err := s.tail(ctx, feed)
 		if err != nil {
 			return err
 		}
 		feed = next
 		if final {
-			return s.drain() // the flip happened (or the migration is gone): done
+			// The flip happened (or the migration is gone): once the last
+			// pass is stored at the destination, record what it covered,
+			// so the source replicas purge it too.
+			if err := s.drain(); err != nil || status != raftfsm.MigrationOwnershipTransferred {
+				return err
+			}
+			s.mu.Lock()
+			docs, bytes := s.docs-docsBefore, s.bytes-bytesBefore
+			s.mu.Unlock()
+			progress[a.s.DatabaseID()] = feed
+			return a.propose(ctx, &raftfsm.SourceMigrationFinalPass{Meta: raftfsm.Meta{At: time.Now().UTC()}, Database: a.db, Bucket: m.Bucket,
+				MigrationIndex: m.MigrationIndex, Documents: docs, Bytes: bytes,
+				Pass: raftfsm.MigrationPass{ChangeVector: s.version.String(), SentThrough: progress, SentBy: a.s.DatabaseID(), Node: a.c.NodeTag()}})
 		}
 		// Caught up (the tail fit in one batch): record what was sent. Later
 		// writes keep flowing through the tail while Moved and in the last
@@ -511,7 +530,8 @@ func (s *sender) tail(ctx context.Context, feed uint64) (int, uint64, error) {
 }
 
 // cleanup purges, once every node routes the bucket to its new owner, the
-// items the destination confirmed, and records this replica's cleanup.
+// items the destination confirmed or got in the sender's last pass, and
+// records this replica's cleanup.
 func (a *Agent) cleanup(ctx context.Context, m raftfsm.BucketMigration) error {
 	bo := newBackoff()
 	for {
@@ -522,22 +542,101 @@ func (a *Agent) cleanup(ctx context.Context, m raftfsm.BucketMigration) error {
 			return ctx.Err()
 		}
 	}
-	a.c.Failpoint(ctx, "resharding/before-cleanup")
-	covered, err := changevector.ParseVector(m.LastSourceChangeVector)
+	m, err := a.awaitFinalPass(ctx, m)
 	if err != nil {
-		return fmt.Errorf("migration of bucket %d: LastSourceChangeVector: %w", m.Bucket, err)
+		return err
 	}
-	// A sender of this version says how far this replica's feed had
-	// reached it (see BucketMigration.SentThrough); a replica it does not
-	// name had sent it nothing, and keeps what it holds for the documents
-	// migrator.
-	bound, named := m.SentThrough[a.s.DatabaseID()]
-	purge := m.SentThrough == nil || (named && bound > 0)
+	a.c.Failpoint(ctx, "resharding/before-cleanup")
+	// What the sender reported at Moved, and what its last pass covered:
+	// the second holds the first unless another replica made the last
+	// pass (the sender died), and an item either says is at the
+	// destination may go.
+	var passes []raftfsm.MigrationPass
+	if p := m.FinalPass; p != nil {
+		passes = append(passes, *p)
+	}
+	if m.FinalPass == nil || m.FinalPass.SentBy != m.SentBy {
+		passes = append(passes, raftfsm.MigrationPass{ChangeVector: m.LastSourceChangeVector, SentThrough: m.SentThrough, SentBy: m.SentBy})
+	}
 	a.c.NotePurge(a.db, a.shard, m.ConfirmationIndex)
+	for _, p := range passes {
+		if err := a.purge(ctx, m.Bucket, p); err != nil {
+			return err
+		}
+	}
+	return a.propose(ctx, &raftfsm.SourceMigrationCleanup{Meta: raftfsm.Meta{At: time.Now().UTC()}, Database: a.db, Bucket: m.Bucket,
+		MigrationIndex: m.MigrationIndex, Node: a.c.NodeTag()})
+}
+
+// finalPassWait bounds how long a source replica's cleanup waits for the
+// sender's last pass to be recorded and to reach it. Past it, the replica
+// purges what the record covers by then; what it keeps is left for the
+// documents migrator, as it was before senders recorded a last pass (and
+// still is when the sender runs an older version).
+const finalPassWait = 30 * time.Second
+
+// awaitFinalPass returns m as the record holds it once the sender's last
+// pass is recorded and, on a replica other than the sender's, once this
+// replica applied the sender's feed through that pass (so nothing of it
+// arrives by replication after the purge, live and never purged), or when
+// the sender's node is down, or after finalPassWait.
+func (a *Agent) awaitFinalPass(ctx context.Context, m raftfsm.BucketMigration) (raftfsm.BucketMigration, error) {
+	ch, stop := a.c.Watch()
+	defer stop()
+	deadline := time.NewTimer(finalPassWait)
+	defer deadline.Stop()
+	for {
+		changed := a.s.Changed()
+		var recheck <-chan time.Time
+		if rec := a.c.Record(a.db); rec != nil {
+			if cur, ok := rec.Sharding.BucketMigrations[m.Bucket]; ok && cur.MigrationIndex == m.MigrationIndex {
+				m = *cur
+			}
+		}
+		if p := m.FinalPass; p != nil {
+			if p.SentBy == a.s.DatabaseID() || !a.c.Up(p.Node) {
+				return m, nil
+			}
+			progress, err := a.s.ReplicationProgresses()
+			if err != nil {
+				return m, err
+			}
+			if progress[p.SentBy] >= p.SentThrough[p.SentBy] {
+				return m, nil
+			}
+			recheck = time.After(time.Second) // whether the sender is still up
+		}
+		select {
+		case <-ctx.Done():
+			return m, ctx.Err()
+		case <-deadline.C:
+			a.logger.Warn("purging a moved bucket without the sender's last pass; the documents migrator moves what stays",
+				"bucket", m.Bucket, "migration", m.MigrationIndex, "final_pass_recorded", m.FinalPass != nil)
+			return m, nil
+		case <-ch:
+		case <-changed:
+		case <-recheck:
+		}
+	}
+}
+
+// purge replaces the bucket's items that pass p covers and that its sender
+// had with artificial tombstones. A sender names (SentThrough) how far
+// this replica's feed had reached it; a replica it does not name had sent
+// it nothing, and keeps what it holds for the documents migrator.
+func (a *Agent) purge(ctx context.Context, b uint32, p raftfsm.MigrationPass) error {
+	covered, err := changevector.ParseVector(p.ChangeVector)
+	if err != nil {
+		return fmt.Errorf("migration of bucket %d: sent change vector: %w", b, err)
+	}
+	bound, named := p.SentThrough[a.s.DatabaseID()]
+	if p.SentThrough != nil && (!named || bound == 0) {
+		return nil
+	}
 	var ops []storage.Op
-	err = a.s.IterateBucketsMeta(m.Bucket, m.Bucket, func(d *storage.Document) bool {
-		if purge && !d.Artificial() {
-			ops = append(ops, storage.Op{Kind: storage.OpPurge, ID: d.ID, CoveredBy: covered, SentThrough: bound, SentBy: m.SentBy})
+	err = a.s.IterateBucketsMeta(b, b, func(d *storage.Document) bool {
+		if !d.Artificial() {
+			ops = append(ops, storage.Op{Kind: storage.OpPurge, ID: d.ID, CoveredBy: covered, SentThrough: bound, SentBy: p.SentBy})
 		}
 		return true
 	})
@@ -547,12 +646,11 @@ func (a *Agent) cleanup(ctx context.Context, m raftfsm.BucketMigration) error {
 	for len(ops) > 0 {
 		n := min(len(ops), 1024)
 		if _, err := a.s.Write(ctx, ops[:n]); err != nil {
-			return fmt.Errorf("purge bucket %d: %w", m.Bucket, err)
+			return fmt.Errorf("purge bucket %d: %w", b, err)
 		}
 		ops = ops[n:]
 	}
-	return a.propose(ctx, &raftfsm.SourceMigrationCleanup{Meta: raftfsm.Meta{At: time.Now().UTC()}, Database: a.db, Bucket: m.Bucket,
-		MigrationIndex: m.MigrationIndex, Node: a.c.NodeTag()})
+	return nil
 }
 
 // migrateLeftovers is the documents migrator: the first bucket holding

@@ -1,10 +1,14 @@
 package systemtest
 
 import (
+	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -165,10 +169,25 @@ func TestWritersDuringBackAndForthMoves(t *testing.T) {
 			}
 		}()
 	}
+	leftovers := followLeftovers(t, A, "db", b)
+	members := shardMembers(t, A, "db")
 	shards := []int{(home + 1) % 3, home, (home + 2) % 3, home}
+	from := home
 	for _, to := range shards {
 		id := startReshard(t, c.URL(2), "db", b, b, to)
 		waitOperation(t, A, "db", id, 60*time.Second)
+		// The move is complete only once nothing of the bucket is left on
+		// its source: the writes of the sender's last pass (after Moved,
+		// before the flip) are purged with the rest, not left for the
+		// documents migrator.
+		for _, tag := range members[from] {
+			bk := testcluster.Must(t, 200, "GET", fmt.Sprintf("%s/databases/db$%d/buckets/%d", memberByTag(c, tag).URL(), from, b), "").JSON(t)
+			if bk["DocumentsCount"] != float64(0) || bk["Size"] != float64(0) {
+				t.Errorf("move %d -> %d completed, but shard %d on %s still holds %v documents (%v bytes) of bucket %d",
+					from, to, from, tag, bk["DocumentsCount"], bk["Size"], b)
+			}
+		}
+		from = to
 	}
 	close(stop)
 	wg.Wait()
@@ -211,7 +230,6 @@ func TestWritersDuringBackAndForthMoves(t *testing.T) {
 			live++
 		}
 	}
-	members := shardMembers(t, A, "db")
 	testcluster.WaitFor(t, 30*time.Second, "every replica to settle", func() error {
 		for shard, tags := range members {
 			for _, tag := range tags {
@@ -227,7 +245,55 @@ func TestWritersDuringBackAndForthMoves(t *testing.T) {
 		}
 		return nil
 	})
+	if n := leftovers(); n > 0 {
+		t.Errorf("the documents migrator moved bucket %d again %d times: the moves left items behind", b, n)
+	}
 	t.Logf("%d ids acknowledged (%d live) across 4 moves", len(acked), live)
+}
+
+// followLeftovers follows url's /events for db and counts the migrations of
+// bucket b that the documents migrator starts; the returned func reads the
+// count so far.
+func followLeftovers(t *testing.T, url, db string, b uint32) func() int {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, err := http.NewRequestWithContext(ctx, "GET", url+"/databases/"+db+"/events", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sc := bufio.NewScanner(res.Body)
+		event := ""
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case strings.HasPrefix(line, "event: "):
+				event = line[len("event: "):]
+			case strings.HasPrefix(line, "data: ") && event == "migration":
+				var m struct {
+					Bucket    uint32
+					Step      string
+					Leftovers bool
+				}
+				if json.Unmarshal([]byte(line[len("data: "):]), &m) == nil && m.Bucket == b && m.Leftovers && m.Step == "Moving" {
+					n.Add(1)
+				}
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		res.Body.Close()
+		<-done
+	})
+	return func() int { return int(n.Load()) }
 }
 
 // TestQueriesDuringRangeMove runs queries without pause while a range of
