@@ -486,6 +486,13 @@ func applyStartResharding(s *State, index uint64, c *StartResharding) (any, erro
 		op := &ReshardingOperation{ID: c.OperationID, FromBucket: c.FromBucket, ToBucket: c.ToBucket, ToShard: c.ToShard,
 			Status: OperationRunning, StartedAt: c.At, StartIndex: index}
 		op.BucketsTotal = int64(c.ToBucket-c.FromBucket) + 1 - r.bucketsOwnedIn(c.ToShard, c.FromBucket, c.ToBucket)
+		// A bucket on its way from the target elsewhere (a cancelled
+		// operation's last migration) has to come back: it counts.
+		for _, m := range r.Sharding.BucketMigrations {
+			if m.Bucket >= c.FromBucket && m.Bucket <= c.ToBucket && m.SourceShard == c.ToShard && m.DestinationShard != c.ToShard {
+				op.BucketsTotal++
+			}
+		}
 		r.Sharding.Resharding[c.OperationID] = op
 		r.pruneOperations()
 		r.finishOperations(c.At)
@@ -508,7 +515,8 @@ func (r *DatabaseRecord) bucketsOwnedIn(shard int, from, to uint32) int64 {
 }
 
 // finishOperations completes running operations whose range is wholly on
-// its target shard with no migration of theirs left.
+// its target shard with no migration of theirs left, and none taking a
+// bucket of the range elsewhere (a cancelled operation's last one).
 func (r *DatabaseRecord) finishOperations(at time.Time) {
 	for _, op := range r.Sharding.Resharding {
 		if op.Status != OperationRunning || !r.ownsAll(op.ToShard, op.FromBucket, op.ToBucket) {
@@ -516,7 +524,8 @@ func (r *DatabaseRecord) finishOperations(at time.Time) {
 		}
 		busy := false
 		for _, m := range r.Sharding.BucketMigrations {
-			busy = busy || m.OperationID == op.ID
+			leaving := m.Bucket >= op.FromBucket && m.Bucket <= op.ToBucket && m.DestinationShard != op.ToShard
+			busy = busy || m.OperationID == op.ID || leaving
 		}
 		if !busy {
 			op.Status, op.EndedAt = OperationCompleted, at

@@ -226,3 +226,37 @@ func TestCancelResharding(t *testing.T) {
 		t.Fatalf("after the last migration: owner %d, op %+v", rec.ShardOf(3), rec.Sharding.Resharding["op"])
 	}
 }
+
+// TestOperationBackOverACancelledOnesBucketInFlight: an operation started
+// after a cancel, back over the range, is not Completed while a bucket of
+// the cancelled one is still on its way to another shard: it counts that
+// bucket and completes only once it brought it back.
+func TestOperationBackOverACancelledOnesBucketInFlight(t *testing.T) {
+	f := migrationFixture(t)
+	mustApply(t, f, 5, &StartResharding{Database: "db", OperationID: "there", FromBucket: 0, ToBucket: 20, ToShard: 1})
+	mustApply(t, f, 6, &StartBucketMigration{Database: "db", Bucket: 3, SourceShard: 0, DestinationShard: 1, OperationID: "there"})
+	mustApply(t, f, 7, &CancelResharding{Database: "db", OperationID: "there"})
+	back := mustApply(t, f, 8, &StartResharding{Database: "db", OperationID: "back", FromBucket: 0, ToBucket: 20, ToShard: 0}).Value.(*ReshardingOperation)
+	if back.Status != OperationRunning || back.BucketsTotal != 1 {
+		t.Fatalf("operation back while bucket 3 leaves shard 0: %+v", back)
+	}
+	mustApply(t, f, 9, &SourceMigrationSendCompleted{Database: "db", Bucket: 3, MigrationIndex: 6, LastSourceChangeVector: "A:1-x"})
+	mustApply(t, f, 10, &DestinationMigrationConfirm{Database: "db", Bucket: 3, MigrationIndex: 6, Node: "B"})
+	mustApply(t, f, 11, &DestinationMigrationConfirm{Database: "db", Bucket: 3, MigrationIndex: 6, Node: "C"})
+	mustApply(t, f, 12, &SourceMigrationCleanup{Database: "db", Bucket: 3, MigrationIndex: 6, Node: "A"})
+	mustApply(t, f, 13, &SourceMigrationCleanup{Database: "db", Bucket: 3, MigrationIndex: 6, Node: "B"})
+	rec, _ := f.Record("db")
+	if op := rec.Sharding.Resharding["back"]; rec.ShardOf(3) != 1 || op.Status != OperationRunning {
+		t.Fatalf("bucket 3 on shard %d, operation back %+v", rec.ShardOf(3), op)
+	}
+	mustApply(t, f, 14, &StartBucketMigration{Database: "db", Bucket: 3, SourceShard: 1, DestinationShard: 0, OperationID: "back"})
+	mustApply(t, f, 15, &SourceMigrationSendCompleted{Database: "db", Bucket: 3, MigrationIndex: 14, LastSourceChangeVector: "B:1-y"})
+	mustApply(t, f, 16, &DestinationMigrationConfirm{Database: "db", Bucket: 3, MigrationIndex: 14, Node: "A"})
+	mustApply(t, f, 17, &DestinationMigrationConfirm{Database: "db", Bucket: 3, MigrationIndex: 14, Node: "B"})
+	mustApply(t, f, 18, &SourceMigrationCleanup{Database: "db", Bucket: 3, MigrationIndex: 14, Node: "B"})
+	mustApply(t, f, 19, &SourceMigrationCleanup{Database: "db", Bucket: 3, MigrationIndex: 14, Node: "C"})
+	rec, _ = f.Record("db")
+	if op := rec.Sharding.Resharding["back"]; rec.ShardOf(3) != 0 || op.Status != OperationCompleted || op.BucketsDone != op.BucketsTotal {
+		t.Fatalf("bucket 3 on shard %d, operation back %+v", rec.ShardOf(3), op)
+	}
+}
