@@ -119,6 +119,23 @@ func TestReusedRequestIDIsRefused(t *testing.T) {
 	if r := c.do("POST", "/databases/rs/resharding", `{"FromBucket": 0, "ToBucket": 10, "ToShard": 0}`, "Request-Id", "op-1"); r.Status != 409 || r.json(t)["Type"] != "RequestIdReused" {
 		t.Fatalf("resharding with a reused id: %d %s", r.Status, r.Body)
 	}
+
+	// Adding a shard: a retry adds nothing more, another command's id is
+	// refused and adds nothing.
+	shards := func() int {
+		return len(c.must(200, "GET", "/admin/databases/rs", "").json(t)["Sharding"].(map[string]any)["Shards"].(map[string]any))
+	}
+	c.must(201, "POST", "/admin/databases/rs/shards", `{"Members": ["A"]}`, "Request-Id", "add-1")
+	c.must(201, "POST", "/admin/databases/rs/shards", `{"Members": ["A"]}`, "Request-Id", "add-1")
+	if n := shards(); n != 3 {
+		t.Fatalf("%d shards after an add and its retry, want 3", n)
+	}
+	if r := c.do("POST", "/admin/databases/rs/shards", `{"Members": ["A"]}`, "Request-Id", "op-1"); r.Status != 409 || r.json(t)["Type"] != "RequestIdReused" {
+		t.Fatalf("add shard with a resharding's id: %d %s", r.Status, r.Body)
+	}
+	if n := shards(); n != 3 {
+		t.Fatalf("%d shards after a refused add, want 3", n)
+	}
 }
 
 // TestLeaderFinishesARemovalThatStoppedHalfway: a node that raft's

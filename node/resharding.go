@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -355,5 +356,27 @@ func (n *Node) handleAddShard(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rec := n.recordOf(t.rec.DatabaseName)
+	if id := r.Header.Get("Request-Id"); id != "" {
+		if index, ok := n.fsm.RequestIndex(id); ok && !addedShardAt(rec, index, req.Members) {
+			// The id was taken for a retry of another command: nothing
+			// was added.
+			writeError(w, requestIDReused(r))
+			return
+		}
+	}
 	writeJSON(w, http.StatusCreated, rec)
+}
+
+// addedShardAt reports whether rec has a shard with these members that the
+// command at index added.
+func addedShardAt(rec *raftfsm.DatabaseRecord, index uint64, members []string) bool {
+	if rec == nil {
+		return false
+	}
+	for _, s := range rec.Sharding.Shards {
+		if s.AddedIndex == index && slices.Equal(s.Members, members) {
+			return true
+		}
+	}
+	return false
 }

@@ -175,6 +175,15 @@ func (f *FSM) Databases() []*DatabaseRecord {
 }
 
 // Nodes returns the cluster members sorted by tag.
+// RequestIndex returns the raft index of the command that a Request-Id
+// was first applied with, while the state remembers it.
+func (f *FSM) RequestIndex(id string) (uint64, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	i, ok := f.state.Requests[id]
+	return i, ok
+}
+
 func (f *FSM) Nodes() []NodeInfo {
 	f.mu.RLock()
 	defer f.mu.RUnlock()

@@ -572,7 +572,7 @@ func applyAddShard(s *State, index uint64, c *AddShard) (any, error) {
 		for n := range r.Sharding.Shards {
 			next = max(next, n+1)
 		}
-		r.Sharding.Shards[next] = &ShardTopology{Members: slices.Clone(c.Members)}
+		r.Sharding.Shards[next] = &ShardTopology{Members: slices.Clone(c.Members), AddedIndex: index}
 		return next, nil
 	})
 }

@@ -77,6 +77,9 @@ type Sharding struct {
 type ShardTopology struct {
 	// Members are node tags, in preference order.
 	Members []string `json:"Members"`
+	// AddedIndex is the raft index of the AddShard that added the shard
+	// (0 for the shards the database was created with).
+	AddedIndex uint64 `json:"AddedIndex,omitempty"`
 }
 
 // MigrationStatus is a bucket migration's step.
@@ -194,7 +197,7 @@ func (r *DatabaseRecord) Clone() *DatabaseRecord {
 	c := *r
 	c.Sharding.Shards = make(map[int]*ShardTopology, len(r.Sharding.Shards))
 	for n, t := range r.Sharding.Shards {
-		c.Sharding.Shards[n] = &ShardTopology{Members: slices.Clone(t.Members)}
+		c.Sharding.Shards[n] = &ShardTopology{Members: slices.Clone(t.Members), AddedIndex: t.AddedIndex}
 	}
 	c.Sharding.BucketRanges = slices.Clone(r.Sharding.BucketRanges)
 	c.Sharding.BucketMigrations = make(map[uint32]*BucketMigration, len(r.Sharding.BucketMigrations))
