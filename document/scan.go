@@ -31,9 +31,11 @@ func (e *SyntaxError) Error() string { return fmt.Sprintf("%s at offset %d", e.M
 // bodies are validated on every write.
 //
 // Beyond syntax it refuses what readers could not take back: text that is
-// not UTF-8 (a strict client cannot parse an answer holding it), and
-// numbers beyond float64's range (1e400), which no reader decodes as a
-// number.
+// not UTF-8 (a strict client cannot parse an answer holding it), numbers
+// beyond float64's range (1e400), which no reader decodes as a number, and
+// an object with the same key twice (RFC 8259 leaves its meaning open:
+// readers keep the first or the last, so a query and a client could see
+// different documents).
 func Validate(b []byte) (compact bool, err error) {
 	if !utf8.Valid(b) {
 		at := 0
@@ -126,13 +128,41 @@ func (v *validator) object(i, depth int) (int, error) {
 	if i < len(v.b) && v.b[i] == '}' {
 		return i + 1, nil
 	}
+	// The keys so far, as they spell (see keyName): a few in place, a set
+	// past that.
+	var small [16][]byte
+	keys := small[:0]
+	var many map[string]struct{}
 	for {
 		if i >= len(v.b) || v.b[i] != '"' {
 			return i, v.fail(i, "looking for beginning of object key string")
 		}
+		start := i
 		var err error
 		if i, err = v.str(i); err != nil {
 			return i, err
+		}
+		name := keyName(v.b[start:i])
+		dup := false
+		if many != nil {
+			_, dup = many[string(name)]
+			many[string(name)] = struct{}{}
+		} else {
+			for _, k := range keys {
+				if bytes.Equal(k, name) {
+					dup = true
+					break
+				}
+			}
+			if keys = append(keys, name); len(keys) == len(small) {
+				many = make(map[string]struct{}, 2*len(small))
+				for _, k := range keys {
+					many[string(k)] = struct{}{}
+				}
+			}
+		}
+		if dup {
+			return start, &SyntaxError{Offset: start, Msg: fmt.Sprintf("duplicate object key %s", v.b[start:i])}
 		}
 		i = v.ws(i)
 		if i >= len(v.b) || v.b[i] != ':' {
@@ -217,6 +247,20 @@ func (v *validator) str(i int) (int, error) {
 		}
 	}
 	return len(b), v.fail(len(b), "")
+}
+
+// keyName is what a valid key literal spells, for comparing keys: its
+// bytes between the quotes, decoded only when it holds an escape.
+func keyName(lit []byte) []byte {
+	inner := lit[1 : len(lit)-1]
+	if bytes.IndexByte(inner, '\\') < 0 {
+		return inner
+	}
+	s, err := Unquote(lit)
+	if err != nil {
+		return lit // not reached for a literal str accepted
+	}
+	return []byte(s)
 }
 
 func isHex(c byte) bool {

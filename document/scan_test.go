@@ -14,13 +14,59 @@ var scanSeeds = []string{
 	`{"a":"\u00e9\n\"x\\"}`, `"\ud83d\ude00"`, `{"a":1,}`, `[1,]`, `01`, `1.`, `.5`, `-`, `1e`, `"\x"`,
 	`"\u12g4"`, "\"a\x01\"", `{"a" 1}`, `{1:2}`, `[1 2]`, `tru`, `nul`, `{"a":1}x`, `"unterminated`,
 	"\xff", `"` + "\xff\xfe" + `"`, `1e400`, `-1E+309`, `[1e308, 1e-400]`, strings.Repeat("9", 309), `{"a":"\u0040"}`, strings.Repeat("[", 10001) + strings.Repeat("]", 10001),
+	`{"a":1,"a":2}`, `{"a":1,"\u0061":2}`, `{"a":{"a":1},"b":[{"a":1,"b":2}]}`, `{"A":1,"a":2}`, `{"x":{"a":1,"a":2}}`,
+	`{"k0":0,"k1":1,"k2":2,"k3":3,"k4":4,"k5":5,"k6":6,"k7":7,"k8":8,"k9":9,"k10":10,"k11":11,"k12":12,"k13":13,"k14":14,"k15":15,"k16":16,"k3":17}`,
+	`{"k0":0,"k1":1,"k2":2,"k3":3,"k4":4,"k5":5,"k6":6,"k7":7,"k8":8,"k9":9,"k10":10,"k11":11,"k12":12,"k13":13,"k14":14,"k15":15,"k16":16,"k17":17}`,
 }
 
-// acceptable is Validate's rule by other means: valid JSON that is UTF-8
-// and that encoding/json decodes (it refuses numbers beyond float64).
+// acceptable is Validate's rule by other means: valid JSON that is UTF-8,
+// that encoding/json decodes (it refuses numbers beyond float64), and
+// whose objects name each key once (compared as decoded).
 func acceptable(b []byte) bool {
 	var v any
-	return json.Valid(b) && utf8.Valid(b) && json.Unmarshal(b, &v) == nil
+	return json.Valid(b) && utf8.Valid(b) && json.Unmarshal(b, &v) == nil && !duplicateKeys(b)
+}
+
+// duplicateKeys reports whether an object of valid JSON b has a key twice.
+func duplicateKeys(b []byte) bool {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	type frame struct {
+		keys   map[string]bool
+		object bool
+		key    bool // the next string token is a key
+	}
+	var stack []*frame
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return false
+		}
+		var top *frame
+		if len(stack) > 0 {
+			top = stack[len(stack)-1]
+		}
+		if k, isString := tok.(string); isString && top != nil && top.object && top.key {
+			if top.keys[k] {
+				return true
+			}
+			top.keys[k] = true
+			top.key = false
+			continue
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, &frame{keys: map[string]bool{}, object: true, key: true})
+			continue
+		case json.Delim('['):
+			stack = append(stack, &frame{})
+			continue
+		case json.Delim('}'), json.Delim(']'):
+			stack = stack[:len(stack)-1]
+		}
+		if len(stack) > 0 && stack[len(stack)-1].object {
+			stack[len(stack)-1].key = true // a value ended: a key comes next
+		}
+	}
 }
 
 // FuzzValidateMatchesEncodingJSON checks the one-pass validator against
