@@ -61,7 +61,10 @@ func (n *Node) handleQuery(w http.ResponseWriter, r *http.Request) {
 	// Each shard sends only the first offset+limit of its matches: no
 	// page's document lies beyond them in any shard.
 	keep := 0
-	if q.Limit >= 0 {
+	switch {
+	case q.Limit == 0:
+		keep = -1 // a count: no shard sends a document
+	case q.Limit > 0:
 		keep = min(q.Offset+q.Limit, maxQueryKeep)
 	}
 	var perShard [][]queryHit
@@ -120,7 +123,8 @@ func (n *Node) handleQuery(w http.ResponseWriter, r *http.Request) {
 const maxQueryKeep = 1 << 30
 
 // queryShards asks every shard of t, in parallel, for its matches (the
-// first keep of them when keep > 0), and adds up how many match in all.
+// first keep of them when keep > 0, none when it is below 0), and adds up
+// how many match in all.
 func (n *Node) queryShards(ctx context.Context, t target, req queryRequest, keep int) ([][]queryHit, int, error) {
 	shards := targetShards(t)
 	perShard := make([][]queryHit, len(shards))

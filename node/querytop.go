@@ -8,10 +8,10 @@ import (
 // queryTop collects a shard's matches of a query. With keep above 0 it
 // holds only the first keep in the query's order, so a shard sends a page's
 // worth, not its every match, and holds little more than that while it
-// scans; total still counts every match.
+// scans; below 0 it holds none (a count); total still counts every match.
 type queryTop struct {
 	keep  int
-	all   []queryHit     // keep <= 0: every match, in scan order
+	all   []queryHit     // keep == 0: every match, in scan order
 	top   topK[queryHit] // keep > 0
 	total int
 }
@@ -37,7 +37,10 @@ func queryOrder(q *rql.Query, a, b queryHit) int {
 
 func (t *queryTop) add(h queryHit) {
 	t.total++
-	if t.keep <= 0 {
+	if t.keep < 0 {
+		return
+	}
+	if t.keep == 0 {
 		t.all = append(t.all, h)
 		return
 	}

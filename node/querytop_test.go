@@ -21,7 +21,7 @@ func TestQueryTopKeepsTheFirstMatches(t *testing.T) {
 	}
 	rapid.Check(t, func(t *rapid.T) {
 		n := rapid.IntRange(0, 60).Draw(t, "n")
-		keep := rapid.IntRange(0, 70).Draw(t, "keep")
+		keep := rapid.IntRange(-1, 70).Draw(t, "keep") // -1: a count (limit 0)
 		var all []queryHit
 		for i := range n {
 			m := map[string]any{
@@ -36,7 +36,10 @@ func TestQueryTopKeepsTheFirstMatches(t *testing.T) {
 		}
 		slices.SortFunc(all, func(a, b queryHit) int { return queryOrder(q, a, b) })
 		want := all
-		if keep > 0 && keep < len(all) {
+		switch {
+		case keep < 0:
+			want = nil
+		case keep > 0 && keep < len(all):
 			want = all[:keep]
 		}
 		got := top.docs()

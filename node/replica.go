@@ -52,7 +52,8 @@ type queryArgs struct {
 	RecordEtag uint64 `json:"RecordEtag,omitempty"`
 	// Keep, when above 0, asks for only the first Keep matches in the
 	// query's order (its offset plus its limit): no shard's part of a page
-	// lies beyond them.
+	// lies beyond them. Below 0 it asks for none, only the count (limit 0);
+	// a node that predates that sends every match, and the router cuts.
 	Keep int `json:"Keep,omitempty"`
 }
 
@@ -472,7 +473,7 @@ func (r *remoteReplica) write(ctx context.Context, ops []storage.Op, wc writeCon
 // router cuts as it always did.
 func (r *remoteReplica) query(ctx context.Context, a queryArgs) (queryAnswer, error) {
 	req := shardRequest{DB: r.db, Shard: r.shard, Query: &a}
-	if a.Keep > 0 {
+	if a.Keep != 0 {
 		var w wireQueryAnswer
 		err := r.n.call(ctx, r.tag, opShardQueryTop, req, &w)
 		if err == nil {

@@ -98,4 +98,12 @@ func TestQueryPagesAcrossNodes(t *testing.T) {
 	if err := json.Unmarshal(r.Body, &page); err != nil || len(page.Results) != 2 || page.TotalResults != 20 {
 		t.Fatalf("from Big limit 2: %d results of %d (%v)", len(page.Results), page.TotalResults, err)
 	}
+	// A count (limit 0, with or without an offset) sends no document.
+	for _, q := range []string{"from Big limit 0", "from Big limit 0 offset 5"} {
+		r = testcluster.Must(t, 200, "POST", A+"/databases/db/queries", fmt.Sprintf(`{"Query":%q}`, q))
+		page.Results = nil
+		if err := json.Unmarshal(r.Body, &page); err != nil || len(page.Results) != 0 || page.TotalResults != 20 {
+			t.Fatalf("%s: %d results of %d (%v)", q, len(page.Results), page.TotalResults, err)
+		}
+	}
 }
