@@ -138,12 +138,15 @@ func foldCompare(a, b string) int {
 	return cmp.Compare(len(a), len(b))
 }
 
-// foldRune maps r to the smallest rune of its case-folding orbit, which
-// for ASCII letters is the upper-case letter.
+// foldRune maps r to one rune of its case-folding orbit, the same for
+// every rune of it: the lower case of the orbit's smallest rune, so ASCII
+// letters sort as lower case ("a_b" < "apple", as the listing and id()
+// order ids, and as RavenDB's lower-cased index terms sort), and runes
+// that fold together (k, K and the Kelvin sign) are equal.
 func foldRune(r rune) rune {
 	if r < utf8.RuneSelf {
-		if 'a' <= r && r <= 'z' {
-			r -= 'a' - 'A'
+		if 'A' <= r && r <= 'Z' {
+			r += 'a' - 'A'
 		}
 		return r
 	}
@@ -151,5 +154,5 @@ func foldRune(r rune) rune {
 	for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
 		least = min(least, f)
 	}
-	return least
+	return unicode.ToLower(least)
 }

@@ -49,7 +49,17 @@ func (q *Query) Matches(doc map[string]any) bool {
 // CompareValues. It returns 0 for ties; callers break ties (e.g. by id).
 func (q *Query) Compare(a, b map[string]any) int {
 	for _, k := range q.OrderBy {
-		c := CompareValues(lookup(a, k.Field), lookup(b, k.Field))
+		va, vb := lookup(a, k.Field), lookup(b, k.Field)
+		ia, aok := va.(string)
+		ib, bok := vb.(string)
+		var c int
+		if aok && bok && slices.Equal(k.Field, idPath) {
+			// As id() compares in a where: lower-cased, the order of the
+			// listing and of the store's keys.
+			c = cmp.Or(strings.Compare(strings.ToLower(ia), strings.ToLower(ib)), strings.Compare(ia, ib))
+		} else {
+			c = CompareValues(va, vb)
+		}
 		if k.Desc {
 			c = -c
 		}

@@ -2,6 +2,7 @@ package rql
 
 import (
 	"encoding/json"
+	"pgregory.net/rapid"
 	"slices"
 	"strings"
 	"testing"
@@ -184,5 +185,46 @@ func TestIDComparesAsTheStoreKeysIDs(t *testing.T) {
 		if got := parsed.Matches(doc); got != want {
 			t.Errorf("%s: %v, want %v", q, got, want)
 		}
+	}
+}
+
+// TestOrderAgreesWithComparisons: order by a field (or id()) sorts two
+// documents as where field > x / < x tells them apart, so keyset paging
+// (where Name > $last order by Name) skips nothing; and strings sort as
+// lower case ("a_b" before "apple"), the order of the listing and of ids.
+func TestOrderAgreesWithComparisons(t *testing.T) {
+	doc := func(id, name string) map[string]any {
+		return map[string]any{"Name": name, "@metadata": map[string]any{"@id": id, "@collection": "K"}}
+	}
+	for _, field := range []string{"Name", "id()"} {
+		order, err := Parse("from K order by "+field, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rapid.Check(t, func(t *rapid.T) {
+			s := rapid.StringMatching(`[aAbB_\[\]^kKsSſσςΣ\x{212A}]{1,4}`)
+			a, b := s.Draw(t, "a"), s.Draw(t, "b")
+			da, db := doc(a, a), doc(b, b)
+			after, err := Parse("from K where "+field+" > $p", map[string]any{"p": a})
+			if err != nil {
+				t.Fatal(err)
+			}
+			before, err := Parse("from K where "+field+" < $p", map[string]any{"p": a})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := order.Compare(da, db)
+			if gt, lt := after.Matches(db), before.Matches(db); (gt && c >= 0) || (lt && c <= 0) {
+				t.Fatalf("%s: order %q vs %q = %d, but where > %v, where < %v", field, a, b, c, gt, lt)
+			}
+		})
+	}
+	order, _ := Parse("from K order by Name", nil)
+	if order.Compare(doc("x/1", "a_b"), doc("x/2", "apple")) >= 0 {
+		t.Fatal(`"a_b" sorts after "apple"`)
+	}
+	byID, _ := Parse("from K order by id()", nil)
+	if byID.Compare(doc("k/a_", ""), doc("k/aa", "")) >= 0 {
+		t.Fatal(`id "k/a_" sorts after "k/aa"`)
 	}
 }
