@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -192,6 +193,10 @@ func split(c []byte) (Parsed, error) {
 	return p, nil
 }
 
+// emptyCollection is RavenDB's name for the documents of no collection: a
+// document sent with it has none.
+const emptyCollection = "@empty"
+
 func collectionOf(meta []byte) (string, error) {
 	if len(meta) == 0 || meta[0] != '{' {
 		return "", ErrBadMetadata
@@ -207,7 +212,10 @@ func collectionOf(meta []byte) (string, error) {
 			if err != nil {
 				return err
 			}
-			col = s // as with encoding/json, the last duplicate wins
+			col = s
+			if strings.EqualFold(col, emptyCollection) {
+				col = "" // RavenDB's name for no collection
+			}
 		case string(v) == "null":
 			col = ""
 		default:

@@ -220,6 +220,24 @@ func TestBulkDocsAndQueries(t *testing.T) {
 	if whole["DocumentsCount"] != float64(201) || whole["TombstonesCount"] != float64(1) {
 		t.Fatalf("stats %v", whole)
 	}
+
+	// Documents of no collection: "from @empty" (RavenDB's name for them,
+	// which a client may also send as their collection), and a null
+	// @metadata.@collection, as reads show no @collection for them.
+	c.must(201, "PUT", "/databases/db/docs?id=loose/1", `{"Loose":1}`)
+	c.must(201, "PUT", "/databases/db/docs?id=loose/2", `{"Loose":2,"@metadata":{"@collection":"@Empty"}}`)
+	for _, query := range []string{"from @empty", "from '@empty'", "from @all_docs where @metadata.@collection = null"} {
+		if got := q(query)["TotalResults"]; got != float64(3) { // and café/1
+			t.Errorf("%s: %v documents, want the 3 of no collection", query, got)
+		}
+	}
+	if got := q("from @all_docs where @metadata.@collection = ''")["TotalResults"]; got != float64(0) {
+		t.Errorf("@collection = '': %v documents, want 0", got)
+	}
+	if d := c.must(200, "GET", "/databases/db/docs?id=loose/2", "").json(t)["Results"].([]any)[0].(map[string]any); d["@metadata"].(map[string]any)["@collection"] != nil {
+		t.Errorf("a document sent with @collection @Empty reads %v", d["@metadata"])
+	}
+
 }
 
 func TestBucketsReport(t *testing.T) {

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/shardnode/shardnode/bucket"
@@ -190,7 +189,7 @@ func (l *localReplica) query(_ context.Context, a queryArgs) (queryAnswer, error
 	var derr error
 	check := func() error { return l.n.replicas.checkView(l.db, l.shard, a.RecordEtag) }
 	err = l.s.ScanChecked(check, func(d *storage.Document) bool {
-		if !q.AllDocs && !strings.EqualFold(d.Collection, q.Collection) {
+		if !q.InCollection(d.Collection) {
 			return true
 		}
 		if a.Owners != nil && a.Owners.ShardOf(d.Bucket) != l.shard {
@@ -229,7 +228,11 @@ func docMap(d *storage.Document) (map[string]any, error) {
 	if m == nil {
 		m = map[string]any{}
 	}
-	m["@metadata"] = map[string]any{"@id": d.ID, "@collection": d.Collection, "@change-vector": d.ChangeVector}
+	meta := map[string]any{"@id": d.ID, "@change-vector": d.ChangeVector}
+	if d.Collection != "" {
+		meta["@collection"] = d.Collection // none: missing, so null in a query, as reads omit it
+	}
+	m["@metadata"] = meta
 	return m, nil
 }
 

@@ -33,16 +33,28 @@ func (c *Comparison) Eval(doc map[string]any) bool {
 	return evalOp(field, c.Op, c.Value)
 }
 
-// Matches reports whether doc is in the query's collection (compared
-// case-insensitively with @metadata.@collection) and satisfies Where.
-func (q *Query) Matches(doc map[string]any) bool {
-	if !q.AllDocs {
-		c, ok := lookup(doc, []string{"@metadata", "@collection"}).(string)
-		if !ok || !strings.EqualFold(c, q.Collection) {
-			return false
-		}
+// EmptyCollection is RavenDB's name for the documents of no collection:
+// "from @empty" covers them.
+const EmptyCollection = "@empty"
+
+// InCollection reports whether a document of collection c ("" for none)
+// is in the query's source.
+func (q *Query) InCollection(c string) bool {
+	switch {
+	case q.AllDocs:
+		return true
+	case strings.EqualFold(q.Collection, EmptyCollection):
+		return c == "" || strings.EqualFold(c, EmptyCollection)
 	}
-	return q.Where == nil || q.Where.Eval(doc)
+	return strings.EqualFold(c, q.Collection)
+}
+
+// Matches reports whether doc is in the query's collection (compared
+// case-insensitively with @metadata.@collection, missing for none) and
+// satisfies Where.
+func (q *Query) Matches(doc map[string]any) bool {
+	c, _ := lookup(doc, []string{"@metadata", "@collection"}).(string)
+	return q.InCollection(c) && (q.Where == nil || q.Where.Eval(doc))
 }
 
 // Compare orders two documents by the query's order-by keys using

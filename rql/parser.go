@@ -95,6 +95,8 @@ func (p *parser) parseSource(q *Query) error {
 	switch t := p.tok; {
 	case t.kind == tokIdent && strings.EqualFold(t.raw, "@all_docs"):
 		q.AllDocs = true
+	case t.kind == tokIdent && strings.EqualFold(t.raw, EmptyCollection):
+		q.Collection = EmptyCollection
 	case t.kind == tokIdent && t.raw[0] == '@':
 		return p.errAt(t.pos, "unknown source %s", t.raw)
 	case t.kind == tokIdent && !collectionReserved[strings.ToLower(t.raw)]:
