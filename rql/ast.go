@@ -145,7 +145,15 @@ func formatField(path []string) string {
 	if len(path) == 2 && path[0] == idPath[0] && path[1] == idPath[1] {
 		return "id()"
 	}
-	return strings.Join(path, ".")
+	segs := make([]string, len(path))
+	for i, seg := range path {
+		if isFieldIdent(seg) && (i > 0 || !fieldReserved[strings.ToLower(seg)]) {
+			segs[i] = seg
+		} else {
+			segs[i] = quote(seg)
+		}
+	}
+	return strings.Join(segs, ".")
 }
 
 // formatValue prints a constant as an RQL literal.

@@ -249,6 +249,13 @@ func isASCIILetter(c byte) bool { return 'a' <= c && c <= 'z' || 'A' <= c && c <
 
 // isPlainIdent reports whether s lexes as a single identifier not
 // starting with '@'.
+// isFieldIdent reports whether s can be written unquoted as a field path
+// segment.
+func isFieldIdent(s string) bool {
+	r, n := utf8.DecodeRuneInString(s)
+	return s != "" && isIdentStart(r) && scanIdent(s, n) == len(s)
+}
+
 func isPlainIdent(s string) bool {
 	r, n := utf8.DecodeRuneInString(s)
 	return s != "" && r != '@' && isIdentStart(r) && scanIdent(s, n) == len(s)

@@ -246,30 +246,47 @@ func (p *parser) parseComparison() (Expr, error) {
 	return &Comparison{Field: f, Op: op, Value: v}, nil
 }
 
-// parseField parses ident {'.' ident} or id().
+// parseField parses segment {'.' segment} or id(). A segment is a name,
+// or a quoted string for a name that is a keyword or holds other
+// characters ('Not', "@last-modified", 'First Name'), as RavenDB's clients
+// write them.
 func (p *parser) parseField() ([]string, error) {
-	if p.tok.kind != tokIdent || fieldReserved[strings.ToLower(p.tok.raw)] {
-		return nil, p.unexpected("field name")
-	}
-	path := []string{p.tok.raw}
-	p.advance()
-	if strings.EqualFold(path[0], "id") && p.tok.kind == tokLParen {
-		p.advance()
-		if p.tok.kind != tokRParen {
-			return nil, p.unexpected("')'")
-		}
-		p.advance()
-		return append([]string(nil), idPath...), nil
-	}
-	for p.tok.kind == tokDot {
-		p.advance()
-		if p.tok.kind != tokIdent {
-			return nil, p.unexpected("field name after '.'")
-		}
+	var path []string
+	if p.tok.kind == tokIdent && strings.EqualFold(p.tok.raw, "id") {
 		path = append(path, p.tok.raw)
 		p.advance()
+		if p.tok.kind == tokLParen {
+			p.advance()
+			if p.tok.kind != tokRParen {
+				return nil, p.unexpected("')'")
+			}
+			p.advance()
+			return append([]string(nil), idPath...), nil
+		}
+		if p.tok.kind != tokDot {
+			return path, nil
+		}
+		p.advance()
 	}
-	return path, nil
+	for {
+		switch t := p.tok; {
+		case t.kind == tokIdent && (len(path) > 0 || !fieldReserved[strings.ToLower(t.raw)]):
+			path = append(path, t.raw)
+		case t.kind == tokString && t.str != "":
+			path = append(path, t.str)
+		case t.kind == tokString:
+			return nil, p.errAt(t.pos, "empty field name")
+		case len(path) == 0:
+			return nil, p.unexpected("field name")
+		default:
+			return nil, p.unexpected("field name after '.'")
+		}
+		p.advance()
+		if p.tok.kind != tokDot {
+			return path, nil
+		}
+		p.advance()
+	}
 }
 
 // parseValue parses a literal or $param, normalized to nil, bool, float64
