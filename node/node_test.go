@@ -226,7 +226,8 @@ func TestBulkDocsAndQueries(t *testing.T) {
 	// @metadata.@collection, as reads show no @collection for them.
 	c.must(201, "PUT", "/databases/db/docs?id=loose/1", `{"Loose":1}`)
 	c.must(201, "PUT", "/databases/db/docs?id=loose/2", `{"Loose":2,"@metadata":{"@collection":"@Empty"}}`)
-	for _, query := range []string{"from @empty", "from '@empty'", "from @all_docs where @metadata.@collection = null"} {
+	for _, query := range []string{"from @empty", "from '@empty'", "from @all_docs where @metadata.@collection = null",
+		"from @empty where @metadata.'@last-modified' > '2020-01-01T00:00:00.0000000Z'"} {
 		if got := q(query)["TotalResults"]; got != float64(3) { // and café/1
 			t.Errorf("%s: %v documents, want the 3 of no collection", query, got)
 		}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/shardnode/shardnode/bucket"
+	"github.com/shardnode/shardnode/document"
 	"github.com/shardnode/shardnode/replication"
 	"github.com/shardnode/shardnode/resharding"
 	"github.com/shardnode/shardnode/rql"
@@ -228,7 +229,9 @@ func docMap(d *storage.Document) (map[string]any, error) {
 	if m == nil {
 		m = map[string]any{}
 	}
-	meta := map[string]any{"@id": d.ID, "@change-vector": d.ChangeVector}
+	meta := map[string]any{"@id": d.ID, "@change-vector": d.ChangeVector,
+		// As reads show it: fixed width, so string order is time order.
+		"@last-modified": string(document.AppendTime(nil, d.LastModified))}
 	if d.Collection != "" {
 		meta["@collection"] = d.Collection // none: missing, so null in a query, as reads omit it
 	}
