@@ -55,8 +55,9 @@ type SourceMigrationSendCompleted struct {
 	// SentThrough bounds, per source replica (by its database id), the
 	// local etags of what the sender had and sent (see BucketMigration).
 	SentThrough map[string]uint64 `json:"SentThrough,omitempty"`
-	// SentBy is the sending replica's database id.
-	SentBy string `json:"SentBy,omitempty"`
+	// SentBy is the sending replica's database id, SentByNode its node.
+	SentBy     string `json:"SentBy,omitempty"`
+	SentByNode string `json:"SentByNode,omitempty"`
 }
 
 // Type implements Command.
@@ -308,7 +309,7 @@ func applySendCompleted(s *State, index uint64, c *SourceMigrationSendCompleted)
 		}
 		m.Status, m.StatusSince = MigrationMoved, c.At
 		m.LastSourceChangeVector = c.LastSourceChangeVector
-		m.SentThrough, m.SentBy = maps.Clone(c.SentThrough), c.SentBy
+		m.SentThrough, m.SentBy, m.SentByNode = maps.Clone(c.SentThrough), c.SentBy, c.SentByNode
 		m.Documents, m.Bytes = c.Documents, c.Bytes
 		m.LastError, m.Failures = "", 0
 		return m, nil

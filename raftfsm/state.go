@@ -113,8 +113,12 @@ type BucketMigration struct {
 	// SentBy is the database id of the replica that sent the bucket: what
 	// another replica got from it was its, so its version tells.
 	SentBy string `json:"SentBy,omitempty"`
+	// SentByNode is the node of that replica. When its cleanup is
+	// recorded without a FinalPass, its last pass sent nothing new.
+	SentByNode string `json:"SentByNode,omitempty"`
 	// FinalPass, recorded after the flip, is what the sender's last pass
-	// covered; nil until then (and in records of older senders).
+	// covered; nil until then, when that pass sent nothing new, and in
+	// records of older senders.
 	FinalPass              *MigrationPass `json:"FinalPass,omitempty"`
 	ConfirmedDestinations  []string       `json:"ConfirmedDestinations"`
 	ConfirmedSourceCleanup []string       `json:"ConfirmedSourceCleanup"`

@@ -288,6 +288,9 @@ func (a *Agent) send(ctx context.Context, m raftfsm.BucketMigration) error {
 	s := &sender{a: a, m: m, dbid: rec.DatabaseID, inflight: make(chan struct{}, maxInflightBatches)}
 	defer s.wg.Wait() // no send outlives the task
 	feed := a.s.LastEtag()
+	// A sender that starts after the flip replaces one that died before
+	// recording its last pass: it records its own whatever it sends.
+	replacing := m.Status == raftfsm.MigrationOwnershipTransferred
 	err := a.s.IterateBuckets(m.Bucket, m.Bucket, func(d *storage.Document) bool {
 		s.add(d)
 		if s.full() {
@@ -351,6 +354,11 @@ func (a *Agent) send(ctx context.Context, m raftfsm.BucketMigration) error {
 			s.mu.Lock()
 			docs, bytes := s.docs-docsBefore, s.bytes-bytesBefore
 			s.mu.Unlock()
+			if docs == 0 && !replacing {
+				// Nothing new since Moved: what that step recorded covers
+				// it all, and this replica's cleanup says so.
+				return nil
+			}
 			progress[a.s.DatabaseID()] = feed
 			return a.propose(ctx, &raftfsm.SourceMigrationFinalPass{Meta: raftfsm.Meta{At: time.Now().UTC()}, Database: a.db, Bucket: m.Bucket,
 				MigrationIndex: m.MigrationIndex, Documents: docs, Bytes: bytes,
@@ -372,7 +380,7 @@ func (a *Agent) send(ctx context.Context, m raftfsm.BucketMigration) error {
 			progress[a.s.DatabaseID()] = feed // its own feed, sent through
 			cmd := &raftfsm.SourceMigrationSendCompleted{Meta: raftfsm.Meta{At: time.Now().UTC()}, Database: a.db, Bucket: m.Bucket,
 				MigrationIndex: m.MigrationIndex, LastSourceChangeVector: s.version.String(), Documents: docs, Bytes: bytes,
-				SentThrough: progress, SentBy: a.s.DatabaseID()}
+				SentThrough: progress, SentBy: a.s.DatabaseID(), SentByNode: a.c.NodeTag()}
 			if err := a.propose(ctx, cmd); err != nil {
 				return err
 			}
@@ -579,7 +587,9 @@ const finalPassWait = 30 * time.Second
 // pass is recorded and, on a replica other than the sender's, once this
 // replica applied the sender's feed through that pass (so nothing of it
 // arrives by replication after the purge, live and never purged), or when
-// the sender's node is down, or after finalPassWait.
+// the sender's node is down; at once on the sender, and once the sender's
+// cleanup is recorded without a last pass (it sent nothing new); or after
+// finalPassWait.
 func (a *Agent) awaitFinalPass(ctx context.Context, m raftfsm.BucketMigration) (raftfsm.BucketMigration, error) {
 	ch, stop := a.c.Watch()
 	defer stop()
@@ -592,6 +602,9 @@ func (a *Agent) awaitFinalPass(ctx context.Context, m raftfsm.BucketMigration) (
 			if cur, ok := rec.Sharding.BucketMigrations[m.Bucket]; ok && cur.MigrationIndex == m.MigrationIndex {
 				m = *cur
 			}
+		}
+		if m.FinalPass == nil && (m.SentBy == a.s.DatabaseID() || (m.SentByNode != "" && slices.Contains(m.ConfirmedSourceCleanup, m.SentByNode))) {
+			return m, nil // the sender's last pass sent nothing new
 		}
 		if p := m.FinalPass; p != nil {
 			if p.SentBy == a.s.DatabaseID() || !a.c.Up(p.Node) {
