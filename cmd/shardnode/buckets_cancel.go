@@ -20,7 +20,8 @@ migrations. A bucket already migrating finishes its move (stopping it half
 way would leave its documents on two shards), so every bucket of the range
 ends either where it was or on the target shard. The command prints the
 operation as it is after the cancel; "buckets status --id OP" shows the last
-migration finishing.`,
+migration finishing, and "buckets status --id OP --follow" waits for it and
+prints the final figures.`,
 		Example: `  shardnode buckets cancel --db shop --id 3f9c2a1b7d4e5f60`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

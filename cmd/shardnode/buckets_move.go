@@ -37,16 +37,23 @@ change owner together. Reads and writes go on during the move: a document
 is readable throughout, and no acknowledged write is lost.
 
 While it runs, a terminal shows one progress line redrawn in place: percent
-done, buckets done of total, documents and bytes moved, the recent rate in
-buckets/s and MB/s, the elapsed time, and the buckets migrating now with
-their step (Moving, Moved, OwnershipTransferred). When the output is not a
+done, buckets done of total, documents and bytes moved, the recent rate
+(in "data buckets/s", the buckets that moved with data: empty buckets
+change owner in bulk, thousands at once, and are not counted in it; and in
+bytes/s), the elapsed time, and the buckets migrating now with their step
+(Moving, Moved, OwnershipTransferred). When the output is not a
 terminal (or with --plain) it prints a plain line instead each time the
 progress changes (a bucket done, a bucket failing or stuck, the end), and
 every 10s while nothing does. Buckets that keep failing or sit in one step
 too long are printed once as ALERT lines, and the errors the operation
 records as ERROR lines. At the end comes a summary: buckets (with data,
 moved one at a time, and empty, moved at once), documents, bytes, duration
-and the average time per bucket with data.
+and the average time per bucket with data; the last progress line shows
+the same rates.
+
+If the operation is cancelled ("buckets cancel"), its bucket in flight still
+finishes its move and counts: the command goes on, saying it waits for
+that bucket, and prints the summary once no bucket is in flight.
 
 Progress comes from the database's event stream (GET /databases/DB/events);
 if the stream fails the command polls the operation every 500ms.
@@ -152,8 +159,9 @@ func typeSuffix(se *serverError) string {
 	return fmt.Sprintf(" (%s, HTTP %d)", se.Type, se.Status)
 }
 
-// followOperation follows operation id of db to its end and prints its
-// summary. since is when it started (zero: the operation's StartedAt).
+// followOperation follows operation id of db to its end (for a cancelled
+// operation, until its bucket in flight has finished moving) and prints
+// its summary. since is when it started (zero: the operation's StartedAt).
 func followOperation(ctx context.Context, c *apiClient, db, id string, since time.Time, out io.Writer, plain bool, opts followOptions) error {
 	width, tty := outputTerminal(out)
 	tr := newTracker(out, tty && !plain, width, time.Now)
@@ -161,20 +169,23 @@ func followOperation(ctx context.Context, c *apiClient, db, id string, since tim
 	fl := &follower{c: c, db: db, id: id, opts: opts, tr: tr, now: time.Now}
 	op, err := fl.run(ctx)
 	tr.end()
-	if ctx.Err() != nil {
-		fmt.Fprintf(out, "\nStopped following. Operation %s keeps running on the server.\n", id)
+	if ctx.Err() != nil && (op == nil || !op.settled()) {
+		if op.finished() {
+			fmt.Fprintf(out, "\nStopped following. Operation %s is %s; its %s keeps moving on the server.\n", id, strings.ToLower(op.Status),
+				plural(len(op.CurrentBuckets), "bucket in flight", "buckets in flight"))
+		} else {
+			fmt.Fprintf(out, "\nStopped following. Operation %s keeps running on the server.\n", id)
+		}
 		fmt.Fprintf(out, "Follow it again with:\n  shardnode buckets status --url %s --db %s --id %s --follow\n", c.base, db, id)
 		fmt.Fprintf(out, "or watch the raw events with:\n  curl -N %s%s\n", c.base, dbPath(db, "events"))
 		return errInterrupted
 	}
-	if err != nil {
+	if err != nil && ctx.Err() == nil {
 		return fmt.Errorf("following operation %s: %w", id, err)
 	}
-	var wall time.Duration
-	if !tr.since.IsZero() {
-		wall = time.Since(tr.since)
-	}
-	fmt.Fprint(out, renderSummary(*op, wall))
+	// The duration the last progress line showed, so the summary's rates
+	// agree with it.
+	fmt.Fprint(out, renderSummary(*op, tr.wall, tr.waited))
 	if op.Status != statusCompleted {
 		return fmt.Errorf("operation %s ended %s", id, op.Status)
 	}

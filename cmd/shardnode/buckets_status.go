@@ -41,7 +41,8 @@ flight, including the ones the documents migrator started for leftovers.
 With --id, show one operation in detail: its counts, times, the buckets
 migrating now, its alerts and its errors. Add --follow to follow it to the
 end with the same progress output as "buckets move", for instance after
-pressing Ctrl-C in "buckets move".`,
+pressing Ctrl-C in "buckets move". A cancelled operation is followed until
+its bucket in flight has finished its move.`,
 		Example: `  shardnode buckets status --db shop
   shardnode buckets status --db shop --id 3f9c2a1b7d4e5f60
   shardnode buckets status --db shop --id 3f9c2a1b7d4e5f60 --follow`,

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -232,13 +233,15 @@ func TestMoveFollowsEventStream(t *testing.T) {
 		"now: 2 Moving STUCK 1m05s",
 		"ALERT bucket 2 stuck in Moving for 1m5s\n",
 		"ERROR 2026-03-04T05:07:20Z bucket 2: send batch: nats: timeout\n",
-		"Completed 100.0%, 4/4 buckets, 40 docs, 8.2 kB,",
+		// The last line's rates are the summary's.
+		"Completed 100.0%, 4/4 buckets, 40 docs, 8.2 kB, 2.00 buckets/s 4.1 kB/s, 2.0s",
 		"Completed: buckets 0-3 to shard 2 (operation " + fakeOpID + ")",
 		"  Buckets     4 of 4 moved\n",
 		"  Documents   40\n",
 		"  Bytes       8.2 kB\n",
 		"  Duration    2.0s\n",
-		"  Average     500.00 ms per bucket\n",
+		"  Average     500.00 ms per bucket (2.00 buckets/s)\n",
+		"  Throughput  4.1 kB/s\n",
 		"  Errors      1 (retried; last: 2026-03-04T05:07:20Z bucket 2: send batch: nats: timeout)\n",
 	} {
 		if !strings.Contains(out, want) {
@@ -561,7 +564,7 @@ func sampleView() progressView {
 func TestRenderTTY(t *testing.T) {
 	v := sampleView()
 	wide := renderTTY(v, 200)
-	if want := "\r▕█████████████████░░░▏   87.4%  1,750/2,001 buckets  123,456 docs  56.7 MB  21.2 buckets/s 2.50 MB/s  1m23s  1 ALERT  │ 17 Moving failing×2, 530 Moved STUCK 1m05s, 900 OwnershipTransferred, +1 more\x1b[K"; wide != want {
+	if want := "\r▕█████████████████░░░▏   87.4%  1,750/2,001 buckets  123,456 docs  56.7 MB  21.2 buckets/s 2.5 MB/s  1m23s  1 ALERT  │ 17 Moving failing×2, 530 Moved STUCK 1m05s, 900 OwnershipTransferred, +1 more\x1b[K"; wide != want {
 		t.Errorf("wide line\n%q\nwant\n%q", wide, want)
 	}
 	for _, width := range []int{200, 120, 100, 80, 60, 40, 20, 5} {
@@ -576,7 +579,7 @@ func TestRenderTTY(t *testing.T) {
 		if width >= 40 && (!strings.Contains(line, "87.4%") || !strings.Contains(line, "1,750/2,001")) {
 			t.Errorf("width %d: lost the percentage or counts: %q", width, line)
 		}
-		if width >= 80 && !strings.Contains(line, "2.50 MB/s") {
+		if width >= 80 && !strings.Contains(line, "2.5 MB/s") {
 			t.Errorf("width %d: lost the rates: %q", width, line)
 		}
 		if width >= 40 && (!strings.Contains(line, "1m23s") || !strings.Contains(line, "1 ALERT")) {
@@ -593,7 +596,7 @@ func TestRenderTTY(t *testing.T) {
 func TestRenderPlain(t *testing.T) {
 	v := sampleView()
 	got := renderPlain(v)
-	want := "Running 87.4%, 1,750/2,001 buckets, 123,456 docs, 56.7 MB, 21.2 buckets/s 2.50 MB/s, 1m23s, 1 ALERT; now: 17 Moving failing×2, 530 Moved STUCK 1m05s, 900 OwnershipTransferred, 901 Moving\n"
+	want := "Running 87.4%, 1,750/2,001 buckets, 123,456 docs, 56.7 MB, 21.2 buckets/s 2.5 MB/s, 1m23s, 1 ALERT; now: 17 Moving failing×2, 530 Moved STUCK 1m05s, 900 OwnershipTransferred, 901 Moving\n"
 	if got != want {
 		t.Errorf("plain\n%q\nwant\n%q", got, want)
 	}
@@ -635,31 +638,31 @@ func TestRenderSummary(t *testing.T) {
   Documents   10,000
   Bytes       250 MB
   Duration    20.0s
-  Average     20.00 ms per bucket
+  Average     20.00 ms per bucket (50.0 buckets/s)
   Throughput  12.5 MB/s
 `
-	if got := renderSummary(op, time.Minute); got != want {
+	if got := renderSummary(op, time.Minute, 0); got != want {
 		t.Errorf("summary\n%s\nwant\n%s", got, want)
 	}
 	op.BucketsDone, op.BucketsTotal, op.BytesMoved, op.EndedAt = 0, 0, 0, time.Time{}
-	if got := renderSummary(op, 1500*time.Millisecond); !strings.Contains(got, "Duration    1.5s") || !strings.Contains(got, "no bucket needed moving") {
+	if got := renderSummary(op, 1500*time.Millisecond, 0); !strings.Contains(got, "Duration    1.5s") || !strings.Contains(got, "no bucket needed moving") {
 		t.Errorf("empty summary:\n%s", got)
 	}
 	// A server that reports BucketsMigrated: the average is over the
 	// buckets that carried data (the empty ones flip at once).
 	sparse := operation{OperationID: "y", FromBucket: 0, ToBucket: 349524, ToShard: 1, Status: "Completed", BucketsTotal: 349525, BucketsDone: 349525,
 		BucketsMigrated: 15, DocumentsMoved: 15, BytesMoved: 2700, StartedAt: start, EndedAt: start.Add(75 * time.Millisecond)}
-	got := renderSummary(sparse, time.Minute)
+	got := renderSummary(sparse, time.Minute, 0)
 	for _, want := range []string{
 		"  Buckets     349,525 of 349,525 moved: 15 with data, one at a time; 349,510 empty, at once\n",
-		"  Average     5.00 ms per bucket with data\n",
+		"  Average     5.00 ms per bucket with data (200 data buckets/s)\n",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("sparse summary lacks %q:\n%s", want, got)
 		}
 	}
 	sparse.BucketsMigrated, sparse.DocumentsMoved, sparse.BytesMoved = 0, 0, 0
-	if got := renderSummary(sparse, time.Minute); !strings.Contains(got, "0 with data, one at a time; 349,525 empty, at once") || !strings.Contains(got, "every bucket was empty") {
+	if got := renderSummary(sparse, time.Minute, 0); !strings.Contains(got, "0 with data, one at a time; 349,525 empty, at once") || !strings.Contains(got, "every bucket was empty") {
 		t.Errorf("all-empty summary:\n%s", got)
 	}
 }
@@ -721,11 +724,13 @@ func TestTrackerTerminal(t *testing.T) {
 	op := operation{OperationID: "x", Status: "Running", BucketsTotal: 10}
 	tr.setOp(op)
 	now = now.Add(2 * time.Second)
-	op.BucketsDone, op.Alerts = 4, []string{"bucket 3 (Moving) failing: boom"}
+	op.BucketsDone, op.BucketsMigrated, op.DocumentsMoved, op.BytesMoved, op.Alerts = 4, 4, 40, 2_000_000, []string{"bucket 3 (Moving) failing: boom"}
 	tr.setOp(op)
 	now = now.Add(2 * time.Second)
 	tr.tick()
-	op.Status, op.BucketsDone = "Completed", 10
+	// Five empty buckets change owner at once: the rate is of the buckets
+	// that moved with data.
+	op.Status, op.BucketsDone, op.BucketsMigrated, op.DocumentsMoved, op.BytesMoved = "Completed", 10, 5, 50, 2_500_000
 	tr.setOp(op)
 	tr.end()
 	got := out.String()
@@ -735,10 +740,10 @@ func TestTrackerTerminal(t *testing.T) {
 	if !strings.Contains(got, "\r\x1b[KALERT bucket 3 (Moving) failing: boom\n\r▕████████") {
 		t.Errorf("alert is not on its own line above the redrawn progress: %q", got)
 	}
-	if !strings.Contains(got, "  2.00 buckets/s") {
+	if !strings.Contains(got, "  2.00 data buckets/s 1.0 MB/s") {
 		t.Errorf("rate over the last seconds missing: %q", got)
 	}
-	if !strings.HasSuffix(got, "100.0%  10/10 buckets  0 docs  0 B  2.50 buckets/s 0 MB/s  4.0s  1 ALERT\x1b[K\n") {
+	if !strings.HasSuffix(got, "100.0%  10/10 buckets  50 docs  2.5 MB  1.25 data buckets/s 625 kB/s  4.0s  1 ALERT\x1b[K\n") {
 		t.Errorf("end: %q", got)
 	}
 }
@@ -764,5 +769,175 @@ func TestTrackerIgnoresStaleStates(t *testing.T) {
 	}
 	if n := strings.Count(out.String(), "\n"); n != 3 {
 		t.Errorf("%d plain lines, want 3 (the first state, the bucket failing, then gone):\n%s", n, out.String())
+	}
+}
+
+// cancelScript is an operation of buckets 0-9 to shard 1 cancelled while
+// bucket 5, which holds one document, is in Moved: three empty buckets
+// changed owner before. The bucket in flight finishes its move after the
+// cancel (the flip counts it, its last pass adds bytes), as the server
+// tells it. It returns the events and the operation's final state.
+func cancelScript(t *testing.T) ([]sseEvent, operation, operation) {
+	start := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+	running := operation{OperationID: fakeOpID, FromBucket: 0, ToBucket: 9, ToShard: 1, Status: "Running", BucketsTotal: 10, BucketsDone: 3,
+		StartedAt: start, CurrentBuckets: []bucketMigration{{Bucket: 5, SourceShard: 0, DestinationShard: 1, Status: "Moving"}}}
+	cancelled := running
+	cancelled.Status, cancelled.EndedAt = "Cancelled", start.Add(2*time.Second)
+	cancelled.CurrentBuckets = []bucketMigration{{Bucket: 5, SourceShard: 0, DestinationShard: 1, Status: "Moved"}}
+	flipped := cancelled
+	flipped.BucketsDone, flipped.BucketsMigrated, flipped.DocumentsMoved, flipped.BytesMoved = 4, 1, 1, 120
+	flipped.CurrentBuckets = []bucketMigration{{Bucket: 5, SourceShard: 0, DestinationShard: 1, Status: "OwnershipTransferred"}}
+	final := flipped
+	final.BytesMoved, final.CurrentBuckets = 150, []bucketMigration{}
+	step := func(s string) sseEvent {
+		return event(t, "migration", migrationEvent{Bucket: 5, SourceShard: 0, DestinationShard: 1, Step: s, OperationID: fakeOpID, MigrationIndex: 40})
+	}
+	return []sseEvent{
+		event(t, "operation", running),
+		step("Moved"),
+		event(t, "operation", cancelled),
+		step("OwnershipTransferred"),
+		event(t, "operation", flipped),
+		step("FinalPass"),
+		step("Completed"),
+	}, running, final
+}
+
+// TestMoveCancelledWaitsForBucketInFlight: a cancelled operation's bucket
+// in flight finishes its move and counts, so following it goes on until
+// no bucket of it is in flight, saying so, and the summary has the final
+// figures; its rates agree with the last progress line's.
+func TestMoveCancelledWaitsForBucketInFlight(t *testing.T) {
+	events, running, final := cancelScript(t)
+	inFlight := final
+	inFlight.BytesMoved, inFlight.CurrentBuckets = 120, []bucketMigration{{Bucket: 5, SourceShard: 0, DestinationShard: 1, Status: "OwnershipTransferred"}}
+	for _, tc := range []struct {
+		name  string
+		setup func(f *fakeAPI)
+	}{
+		// The stream tells the steps; a last read of the operation gives
+		// what the final pass added.
+		{"stream", func(f *fakeAPI) { f.events, f.polls = events, []operation{running, final} }},
+		// Polling alone sees the cancel before the bucket is done.
+		{"polling", func(f *fakeAPI) {
+			cancelled := running
+			cancelled.Status, cancelled.EndedAt = "Cancelled", final.EndedAt
+			f.noStream, f.polls = true, []operation{running, cancelled, inFlight, inFlight, final}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, srv := newFakeAPI(t)
+			f.configure(tc.setup)
+			c, err := newAPIClient(srv.URL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			opts := defaultFollowOptions
+			opts.pollEvery, opts.refreshEvery = 5*time.Millisecond, time.Hour
+			if tc.name == "polling" {
+				opts.refreshEvery = 5 * time.Millisecond
+			}
+			var out bytes.Buffer
+			mf := moveFlags{nodeFlags: nodeFlags{db: "shop"}, from: 0, to: 9, shard: 1}
+			err = runMove(t.Context(), c, mf, &out, opts)
+			got := out.String()
+			if err == nil || err.Error() != "operation "+fakeOpID+" ended Cancelled" {
+				t.Errorf("error %v, want the operation ended Cancelled\n%s", err, got)
+			}
+			for _, want := range []string{
+				"; now: 5 OwnershipTransferred; cancelled; waiting for the bucket in flight to finish\n",
+				"Cancelled: buckets 0-9 to shard 1 (operation " + fakeOpID + ")\n",
+				"  Buckets     4 of 10 moved: 1 with data, one at a time; 3 empty, at once\n",
+				"  Documents   1\n",
+				"  Bytes       150 B\n",
+				" after the cancel, finishing the move in flight)\n",
+			} {
+				if !strings.Contains(got, want) {
+					t.Errorf("output lacks %q:\n%s", want, got)
+				}
+			}
+			// The last progress line: settled, and with the summary's rates.
+			lines := strings.Split(got, "\n")
+			var last string
+			for _, l := range lines {
+				if strings.HasPrefix(l, "Cancelled ") {
+					last = l
+				}
+			}
+			if !strings.HasPrefix(last, "Cancelled 40.0%, 4/10 buckets, 1 docs, 150 B, ") || strings.Contains(last, "waiting") || strings.Contains(last, "now:") {
+				t.Errorf("last progress line %q", last)
+			}
+			m := regexp.MustCompile(`Average +[0-9.]+ ms per bucket with data \(([0-9.]+ data buckets/s)\)\n  Throughput  (.*)\n`).FindStringSubmatch(got)
+			if m == nil {
+				t.Fatalf("summary has no average and throughput:\n%s", got)
+			}
+			if want := m[1] + " " + m[2] + ", "; !strings.Contains(last, want) {
+				t.Errorf("last progress line %q, want the summary's rates %q", last, want)
+			}
+		})
+	}
+}
+
+// TestProgressRateIsOfBucketsWithData: empty buckets changing owner by the
+// hundred thousand do not make a rate; the buckets that moved with data do.
+func TestProgressRateIsOfBucketsWithData(t *testing.T) {
+	var out bytes.Buffer
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	tr := newTracker(&out, false, nil, func() time.Time { return now })
+	tr.since = now
+	op := operation{OperationID: "x", Status: "Running", BucketsTotal: 200_000}
+	tr.setOp(op)
+	now = now.Add(time.Second)
+	op.BucketsDone = 161_150
+	tr.setOp(op)
+	now = now.Add(time.Second)
+	op.BucketsDone, op.BucketsMigrated, op.DocumentsMoved, op.BytesMoved = 161_152, 2, 30, 4_000_000
+	tr.setOp(op)
+	got := out.String()
+	if strings.Contains(got, "161150") || strings.Contains(got, "80576") {
+		t.Errorf("the rate counts empty buckets:\n%s", got)
+	}
+	for _, want := range []string{", 161,150/200,000 buckets, 0 docs, 0 B, 0 data buckets/s 0 B/s, 1.0s\n",
+		", 161,152/200,000 buckets, 30 docs, 4.0 MB, 1.00 data buckets/s 2.0 MB/s, 2.0s\n"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("output lacks %q:\n%s", want, got)
+		}
+	}
+}
+
+// TestFollowInterruptedWhileBucketInFlight: Ctrl-C after the cancel, while
+// the bucket in flight still moves, says that it does.
+func TestFollowInterruptedWhileBucketInFlight(t *testing.T) {
+	f, srv := newFakeAPI(t)
+	events, _, _ := cancelScript(t)
+	events = events[:3] // cancelled, bucket 5 still in Moved
+	var cancelled operation
+	if err := json.Unmarshal([]byte(events[2].Data), &cancelled); err != nil || cancelled.Status != "Cancelled" {
+		t.Fatalf("%v %+v", err, cancelled)
+	}
+	f.configure(func(f *fakeAPI) { f.events, f.polls = events, []operation{cancelled} })
+	ctx, cancel := context.WithCancel(t.Context())
+	go func() {
+		for {
+			if reqs, _ := f.seen(); len(reqs) >= 2 {
+				time.Sleep(50 * time.Millisecond)
+				cancel()
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	out, err := run(ctx, "buckets", "status", "--url", srv.URL, "--db", "shop", "--id", fakeOpID, "--follow")
+	if !errors.Is(err, errInterrupted) {
+		t.Fatalf("error %v, want errInterrupted\n%s", err, out)
+	}
+	for _, want := range []string{"; now: 5 Moved; cancelled; waiting for the bucket in flight to finish\n",
+		"Stopped following. Operation " + fakeOpID + " is cancelled; its bucket in flight keeps moving on the server.\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "Cancelled: buckets") {
+		t.Errorf("a summary before the bucket in flight finished:\n%s", out)
 	}
 }

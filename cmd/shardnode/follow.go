@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -43,7 +44,8 @@ type follower struct {
 	now  func() time.Time
 }
 
-// run follows the operation until it finishes, ctx ends or the node says
+// run follows the operation until it is settled (finished, and, when it
+// was cancelled, its bucket in flight done too), ctx ends or the node says
 // the operation or database does not exist. It returns the last state seen.
 func (f *follower) run(ctx context.Context) (*operation, error) {
 	begun := f.now()
@@ -68,7 +70,21 @@ func (f *follower) run(ctx context.Context) (*operation, error) {
 	if err := f.poll(ctx, begun); err != nil {
 		return f.tr.op, err
 	}
-	for !f.tr.op.finished() {
+	for {
+		if f.tr.op.settled() {
+			if !f.tr.waitedInFlight() {
+				break
+			}
+			// A bucket in flight after the cancel finished, as its
+			// "Completed" step told: read the operation once more for
+			// its final figures (the step carries none).
+			if err := f.poll(ctx, begun); err != nil {
+				return f.tr.op, err
+			}
+			if f.tr.op.settled() {
+				break
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return f.tr.op, ctx.Err()
@@ -151,7 +167,7 @@ const rateWindow = 5 * time.Second
 // rateSample is the progress at one moment, for the rates.
 type rateSample struct {
 	at             time.Time
-	buckets, bytes int64
+	buckets, bytes int64 // buckets: rateCount of the operation
 }
 
 // tracker turns operation states into output: on a terminal one line
@@ -167,8 +183,16 @@ type tracker struct {
 	// means the operation's StartedAt.
 	since time.Time
 
-	op       *operation
-	note     string
+	op   *operation
+	note string
+	// waitSince is when the operation was first seen finished with buckets
+	// still in flight (a cancel); waited is how long it then took to
+	// settle, as this client saw it. wall is the time watched until it
+	// settled. The last line and the summary divide by the same duration.
+	waitSince time.Time
+	waited    time.Duration
+	wall      time.Duration
+
 	samples  []rateSample
 	lastKey  string
 	lastDraw time.Time
@@ -187,18 +211,23 @@ func newTracker(out io.Writer, tty bool, width func() int, now func() time.Time)
 }
 
 // setOp records a new state of the operation. A state older than the one
-// shown (a slow poll racing the stream) is ignored.
+// shown (a slow poll racing the stream) is ignored. A finished operation
+// still takes new states until it is settled: a cancelled one's bucket in
+// flight finishes its move and adds to the counts.
 func (t *tracker) setOp(op operation) {
-	if t.op != nil && (t.op.finished() || op.BucketsDone < t.op.BucketsDone) {
+	if t.op != nil && (op.BucketsDone < t.op.BucketsDone || op.DocumentsMoved < t.op.DocumentsMoved ||
+		(t.op.finished() && !op.finished())) {
 		return
 	}
 	if op.CurrentBuckets == nil && t.op != nil && !op.finished() {
 		op.CurrentBuckets = t.op.CurrentBuckets
 	}
+	wasSettled := t.op != nil && t.op.settled()
 	t.op = &op
 	if t.since.IsZero() && !op.StartedAt.IsZero() {
 		t.since = op.StartedAt
 	}
+	t.noteSettling(wasSettled)
 	t.sample()
 	for _, e := range op.Errors {
 		if !t.errs[e] {
@@ -215,9 +244,34 @@ func (t *tracker) setOp(op operation) {
 	t.changed()
 }
 
+// waitedInFlight reports whether the operation was seen finished with
+// buckets still in flight.
+func (t *tracker) waitedInFlight() bool {
+	return !t.waitSince.IsZero()
+}
+
+// noteSettling notes when the operation is first seen waiting for its
+// buckets in flight, and when it settles; wasSettled is whether it was
+// settled before this state. The times are taken once, so every line
+// after that divides by the same duration.
+func (t *tracker) noteSettling(wasSettled bool) {
+	now := t.now()
+	switch {
+	case t.op.finished() && !t.op.settled() && t.waitSince.IsZero():
+		t.waitSince = now
+	case t.op.settled() && !wasSettled:
+		if !t.waitSince.IsZero() {
+			t.waited = now.Sub(t.waitSince)
+		}
+		if !t.since.IsZero() {
+			t.wall = now.Sub(t.since)
+		}
+	}
+}
+
 // migration records one step of one of the operation's buckets.
 func (t *tracker) migration(m migrationEvent) {
-	if t.op == nil || t.op.finished() {
+	if t.op == nil || t.op.settled() {
 		return
 	}
 	op := *t.op
@@ -247,6 +301,7 @@ func (t *tracker) migration(m migrationEvent) {
 	}
 	op.CurrentBuckets = cur
 	t.op = &op
+	t.noteSettling(false)
 	t.changed()
 }
 
@@ -261,12 +316,15 @@ func (t *tracker) setNote(s string) {
 // view is what the progress line shows now.
 func (t *tracker) view() progressView {
 	v := progressView{Op: *t.op, Note: t.note}
+	if w := inFlightText(*t.op); w != "" {
+		v.Note = strings.TrimPrefix(v.Note+"; "+w, "; ")
+	}
 	now := t.now()
-	if !t.since.IsZero() {
+	switch {
+	case t.op.settled():
+		v.Elapsed = opDuration(*t.op, t.wall, t.waited)
+	case !t.since.IsZero():
 		v.Elapsed = now.Sub(t.since)
-		if t.op.finished() && !t.op.EndedAt.IsZero() && !t.op.StartedAt.IsZero() {
-			v.Elapsed = t.op.EndedAt.Sub(t.op.StartedAt)
-		}
 	}
 	v.BucketRate, v.ByteRate = t.rates(now, v.Elapsed)
 	return v
@@ -275,7 +333,7 @@ func (t *tracker) view() progressView {
 // sample records the progress now and forgets samples out of the window.
 func (t *tracker) sample() {
 	now := t.now()
-	t.samples = append(t.samples, rateSample{now, t.op.BucketsDone, t.op.BytesMoved})
+	t.samples = append(t.samples, rateSample{now, rateCount(*t.op), t.op.BytesMoved})
 	// Keep one sample at or before the window's start, so the window is
 	// spanned.
 	for len(t.samples) > 2 && now.Sub(t.samples[1].at) >= rateWindow {
@@ -283,13 +341,15 @@ func (t *tracker) sample() {
 	}
 }
 
-// rates returns buckets and bytes per second over the recent window, over
-// the whole operation while the window is shorter than a second, or -1
-// (unknown) during the first second.
+// rates returns buckets (rateCount: those that moved with data, when the
+// server counts them) and bytes per second over the recent window, over
+// the whole operation while the window is shorter than a second or once
+// it settled, or -1 (unknown) during the first second.
 func (t *tracker) rates(now time.Time, elapsed time.Duration) (float64, float64) {
-	if t.op.finished() {
+	count := rateCount(*t.op)
+	if t.op.settled() {
 		if s := elapsed.Seconds(); s > 0 {
-			return float64(t.op.BucketsDone) / s, float64(t.op.BytesMoved) / s
+			return float64(count) / s, float64(t.op.BytesMoved) / s
 		}
 		return -1, -1
 	}
@@ -300,7 +360,7 @@ func (t *tracker) rates(now time.Time, elapsed time.Duration) (float64, float64)
 		}
 	}
 	if s := elapsed.Seconds(); s >= 1 {
-		return float64(t.op.BucketsDone) / s, float64(t.op.BytesMoved) / s
+		return float64(count) / s, float64(t.op.BytesMoved) / s
 	}
 	return -1, -1
 }
@@ -313,7 +373,7 @@ func (t *tracker) changed() {
 	}
 	if t.tty {
 		t.dirty = true
-		if t.op.finished() || t.now().Sub(t.lastDraw) >= time.Second || !t.drawn {
+		if t.op.settled() || t.now().Sub(t.lastDraw) >= time.Second || !t.drawn {
 			t.draw()
 		}
 		return
@@ -339,7 +399,7 @@ const plainHeartbeat = 10 * time.Second
 // and at least every second for the elapsed time; without a terminal it
 // repeats the plain line every plainHeartbeat while nothing changes.
 func (t *tracker) tick() {
-	if t.op == nil || t.op.finished() {
+	if t.op == nil || t.op.settled() {
 		return
 	}
 	t.sample()

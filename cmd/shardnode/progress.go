@@ -44,9 +44,69 @@ type operation struct {
 	Alerts          []string          `json:"Alerts"`
 }
 
-// finished reports whether the operation reached a final status.
+// finished reports whether the operation reached a final status. A
+// cancelled operation is finished while a bucket it started still moves:
+// see settled.
 func (op *operation) finished() bool {
 	return op != nil && op.Status != "" && op.Status != statusRunning
+}
+
+// settled reports whether the operation is finished and none of its
+// buckets is still migrating, so its figures are final. After a cancel
+// the bucket in flight finishes its move (and is counted) before that.
+func (op *operation) settled() bool {
+	return op.finished() && len(op.CurrentBuckets) == 0
+}
+
+// inFlightText says what a finished operation still waits for: "cancelled;
+// waiting for the bucket in flight to finish", or empty.
+func inFlightText(op operation) string {
+	if !op.finished() || len(op.CurrentBuckets) == 0 {
+		return ""
+	}
+	what := "the bucket in flight"
+	if n := len(op.CurrentBuckets); n > 1 {
+		what = fmt.Sprintf("the %d buckets in flight", n)
+	}
+	return fmt.Sprintf("%s; waiting for %s to finish", strings.ToLower(op.Status), what)
+}
+
+// countsMigrated reports whether the server counts the buckets that moved
+// with data (BucketsMigrated); older servers leave it 0 however many
+// documents moved.
+func countsMigrated(op operation) bool {
+	return op.BucketsMigrated > 0 || op.DocumentsMoved == 0
+}
+
+// rateUnit names the bucket rate: buckets that moved with data per second
+// when the server counts them (empty buckets change owner in bulk, by the
+// hundred thousand a second, which says nothing of how fast data moves),
+// otherwise every bucket done.
+func rateUnit(op operation) string {
+	if countsMigrated(op) {
+		return "data buckets/s"
+	}
+	return "buckets/s"
+}
+
+// rateCount is the count the bucket rate is taken of (see rateUnit).
+func rateCount(op operation) int64 {
+	if countsMigrated(op) {
+		return op.BucketsMigrated
+	}
+	return op.BucketsDone
+}
+
+// opDuration is how long a settled operation took, the one figure its last
+// progress line and its summary divide by: the server's StartedAt to
+// EndedAt plus waited, the time the client saw a cancelled operation's
+// bucket in flight still moving after EndedAt; or, without the server's
+// times, wall, the time the client watched.
+func opDuration(op operation, wall, waited time.Duration) time.Duration {
+	if !op.StartedAt.IsZero() && !op.EndedAt.IsZero() && op.EndedAt.After(op.StartedAt) {
+		return op.EndedAt.Sub(op.StartedAt) + waited
+	}
+	return wall
 }
 
 // bucketMigration is one live bucket migration, as the operation's
@@ -83,9 +143,23 @@ type migrationEvent struct {
 type progressView struct {
 	Op         operation
 	Elapsed    time.Duration
-	BucketRate float64 // buckets per second; negative while unknown
+	BucketRate float64 // per second, of rateCount(Op); negative while unknown
 	ByteRate   float64 // bytes per second; negative while unknown
 	Note       string  // e.g. "polling: event stream failed"
+}
+
+// rates formats the bucket and byte rates: "1.20 data buckets/s 2.5 MB/s".
+func (v progressView) rates() string {
+	return fmt.Sprintf("%s %s %s", formatRate(v.BucketRate), rateUnit(v.Op), formatByteRate(v.ByteRate))
+}
+
+// formatByteRate formats bytes per second as the summary's throughput
+// does, and a negative (unknown) rate as "- MB/s".
+func formatByteRate(f float64) string {
+	if f < 0 {
+		return "- MB/s"
+	}
+	return humanBytes(int64(f)) + "/s"
 }
 
 // percent is the share of the operation's buckets already moved.
@@ -115,7 +189,7 @@ func progressFields(v progressView) []string {
 		fmt.Sprintf("%s/%s buckets", humanCount(op.BucketsDone), humanCount(op.BucketsTotal)),
 		fmt.Sprintf("%s docs", humanCount(op.DocumentsMoved)),
 		humanBytes(op.BytesMoved),
-		fmt.Sprintf("%s buckets/s %s MB/s", formatRate(v.BucketRate), formatRate(v.ByteRate/1e6)),
+		v.rates(),
 		formatElapsed(v.Elapsed),
 	}
 	if a := alertsText(op); a != "" {
@@ -141,8 +215,8 @@ func ttyLayouts(v progressView) [][]string {
 	counts := fmt.Sprintf("%s/%s", humanCount(op.BucketsDone), humanCount(op.BucketsTotal))
 	docs := humanCount(op.DocumentsMoved) + " docs"
 	size := humanBytes(op.BytesMoved)
-	rates := fmt.Sprintf("%s buckets/s %s MB/s", formatRate(v.BucketRate), formatRate(v.ByteRate/1e6))
-	short := fmt.Sprintf("%s/s %s MB/s", formatRate(v.BucketRate), formatRate(v.ByteRate/1e6))
+	rates := v.rates()
+	short := fmt.Sprintf("%s/s %s", formatRate(v.BucketRate), formatByteRate(v.ByteRate))
 	elapsed := formatElapsed(v.Elapsed)
 	bar := func(w int) string { return progressBar(percent(op), w) }
 	layouts := [][]string{
@@ -293,36 +367,45 @@ func bucketsSplit(op operation) string {
 	return fmt.Sprintf(": %s with data, one at a time; %s empty, at once", humanCount(op.BucketsMigrated), humanCount(op.BucketsDone-op.BucketsMigrated))
 }
 
-// renderSummary returns the closing summary of an operation. wall is the
-// time this client watched it, used when the server's times are missing.
-func renderSummary(op operation, wall time.Duration) string {
-	d := wall
-	if !op.StartedAt.IsZero() && !op.EndedAt.IsZero() && op.EndedAt.After(op.StartedAt) {
-		d = op.EndedAt.Sub(op.StartedAt)
-	}
+// renderSummary returns the closing summary of a settled operation. wall
+// is the time this client watched it, used when the server's times are
+// missing; waited is the time it saw a cancelled operation's bucket in
+// flight still moving (see opDuration). The rates agree with the last
+// progress line's, which divides by the same duration.
+func renderSummary(op operation, wall, waited time.Duration) string {
+	d := opDuration(op, wall, waited)
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s: buckets %d-%d to shard %d (operation %s)\n", op.Status, op.FromBucket, op.ToBucket, op.ToShard, op.OperationID)
 	fmt.Fprintf(&b, "  Buckets     %s of %s moved%s\n", humanCount(op.BucketsDone), humanCount(op.BucketsTotal), bucketsSplit(op))
 	fmt.Fprintf(&b, "  Documents   %s\n", humanCount(op.DocumentsMoved))
 	fmt.Fprintf(&b, "  Bytes       %s\n", humanBytes(op.BytesMoved))
-	fmt.Fprintf(&b, "  Duration    %s\n", formatElapsed(d))
+	if waited > 0 {
+		fmt.Fprintf(&b, "  Duration    %s (the last %s after the cancel, finishing the move in flight)\n", formatElapsed(d), formatElapsed(waited))
+	} else {
+		fmt.Fprintf(&b, "  Duration    %s\n", formatElapsed(d))
+	}
 	ms := func(n int64) string {
 		return strconv.FormatFloat(float64(d)/float64(time.Millisecond)/float64(n), 'f', 2, 64)
 	}
+	perSecond := func(n int64) string {
+		return formatRate(float64(n) / d.Seconds())
+	}
 	switch {
-	case op.BucketsMigrated > 0:
+	case op.BucketsMigrated > 0 && d > 0:
 		// Empty buckets change owner in a few raft commands, so the
 		// duration is the moves of the buckets with data.
-		fmt.Fprintf(&b, "  Average     %s ms per bucket with data\n", ms(op.BucketsMigrated))
+		fmt.Fprintf(&b, "  Average     %s ms per bucket with data (%s %s)\n", ms(op.BucketsMigrated), perSecond(op.BucketsMigrated), rateUnit(op))
 	case op.BucketsDone > 0 && op.DocumentsMoved == 0:
 		b.WriteString("  Average     - (every bucket was empty and changed owner at once)\n")
-	case op.BucketsDone > 0: // a server that does not report BucketsMigrated
-		fmt.Fprintf(&b, "  Average     %s ms per bucket\n", ms(op.BucketsDone))
+	case op.BucketsDone > 0 && d > 0: // a server that does not report BucketsMigrated
+		fmt.Fprintf(&b, "  Average     %s ms per bucket (%s %s)\n", ms(op.BucketsDone), perSecond(op.BucketsDone), rateUnit(op))
+	case op.BucketsDone > 0:
+		b.WriteString("  Average     -\n")
 	default:
 		b.WriteString("  Average     - (no bucket needed moving)\n")
 	}
 	if d > 0 && op.BytesMoved > 0 {
-		fmt.Fprintf(&b, "  Throughput  %s/s\n", humanBytes(int64(float64(op.BytesMoved)/d.Seconds())))
+		fmt.Fprintf(&b, "  Throughput  %s\n", formatByteRate(float64(op.BytesMoved)/d.Seconds()))
 	}
 	if n := len(op.Errors); n > 0 {
 		fmt.Fprintf(&b, "  Errors      %d (retried; last: %s)\n", n, op.Errors[n-1])
