@@ -130,13 +130,62 @@ func bucketParam(name, v string, def uint32) (uint32, error) {
 	return uint32(b), nil
 }
 
-// reportGroup is one entry of the buckets report.
+// reportGroup is one entry of the buckets report. DocumentsCount and Size
+// count what each shard holds in the buckets it owns, so a document whose
+// bucket is moving (on the source and the destination) counts once, as
+// queries count it; ByShard shows every copy.
 type reportGroup struct {
-	From           uint32 `json:"From"`
-	To             uint32 `json:"To"`
-	Shards         []int  `json:"Shards"`
-	DocumentsCount int64  `json:"DocumentsCount"`
-	Size           int64  `json:"Size"`
+	From           uint32         `json:"From"`
+	To             uint32         `json:"To"`
+	Shards         []int          `json:"Shards"`
+	DocumentsCount int64          `json:"DocumentsCount"`
+	Size           int64          `json:"Size"`
+	ByShard        []shardHolding `json:"ByShard"`
+}
+
+// shardHolding is what one shard's replica holds in a bucket or a group of
+// buckets: all of it, and the part in buckets the shard does not own (the
+// copy of a bucket moving to or from it, or leftovers the documents
+// migrator has yet to move), which the totals leave out.
+type shardHolding struct {
+	Shard                  int   `json:"Shard"`
+	DocumentsCount         int64 `json:"DocumentsCount"`
+	Size                   int64 `json:"Size"`
+	NotOwnedDocumentsCount int64 `json:"NotOwnedDocumentsCount"`
+	NotOwnedSize           int64 `json:"NotOwnedSize"`
+}
+
+// add adds one bucket's figures on the shard; owned says whether the
+// shard owns the bucket.
+func (h *shardHolding) add(st storage.BucketStats, owned bool) {
+	h.DocumentsCount += st.DocumentsCount
+	h.Size += st.Size
+	if !owned {
+		h.NotOwnedDocumentsCount += st.DocumentsCount
+		h.NotOwnedSize += st.Size
+	}
+}
+
+// holding returns the entry of shard sn in hs, adding it in shard order.
+func holding(hs *[]shardHolding, sn int) *shardHolding {
+	i, found := slices.BinarySearchFunc(*hs, sn, func(h shardHolding, sn int) int { return h.Shard - sn })
+	if !found {
+		*hs = slices.Insert(*hs, i, shardHolding{Shard: sn})
+	}
+	return &(*hs)[i]
+}
+
+// ownsBucket reports whether shard sn owns bucket b by t's record.
+func ownsBucket(t target, sn int, b uint32) bool {
+	return t.rec.ShardOf(b) == sn
+}
+
+// counted reports whether the totals of a request through t count shard
+// sn's items of bucket b: through the database, only the owner's (each
+// document once, as queries count them); through {db}${n}, everything the
+// replica holds (as its queries and stats count it).
+func counted(t target, sn int, b uint32) bool {
+	return t.shard >= 0 || ownsBucket(t, sn, b)
 }
 
 func (n *Node) handleBucketsReport(w http.ResponseWriter, r *http.Request) {
@@ -182,7 +231,7 @@ func (n *Node) handleBucketsReport(w http.ResponseWriter, r *http.Request) {
 		if i == groups-1 {
 			end = uint64(to)
 		}
-		out[i] = reportGroup{From: uint32(start), To: uint32(end), Shards: ownersOf(t, uint32(start), uint32(end))}
+		out[i] = reportGroup{From: uint32(start), To: uint32(end), Shards: ownersOf(t, uint32(start), uint32(end)), ByShard: []shardHolding{}}
 	}
 	var mu sync.Mutex
 	err = n.eachShard(r.Context(), t, func(ctx context.Context, sn int, rep shardReplica) error {
@@ -197,9 +246,15 @@ func (n *Node) handleBucketsReport(w http.ResponseWriter, r *http.Request) {
 			for out[gi].To < st.Bucket {
 				gi++
 			}
-			out[gi].DocumentsCount += st.DocumentsCount
-			out[gi].Size += st.Size
-			if st.DocumentsCount+st.TombstonesCount > 0 && !slices.Contains(out[gi].Shards, sn) {
+			if counted(t, sn, st.Bucket) {
+				out[gi].DocumentsCount += st.DocumentsCount
+				out[gi].Size += st.Size
+			}
+			if st.DocumentsCount+st.TombstonesCount == 0 {
+				continue
+			}
+			holding(&out[gi].ByShard, sn).add(st, ownsBucket(t, sn, st.Bucket))
+			if !slices.Contains(out[gi].Shards, sn) {
 				out[gi].Shards = append(out[gi].Shards, sn)
 				slices.Sort(out[gi].Shards)
 			}
@@ -248,6 +303,7 @@ func (n *Node) handleBucket(w http.ResponseWriter, r *http.Request) {
 	var docs, size int64
 	var cv changevector.Vector
 	ids := []string{}
+	byShard := []shardHolding{}
 	var mu sync.Mutex
 	err = n.eachShard(r.Context(), t, func(ctx context.Context, sn int, rep shardReplica) error {
 		info, err := rep.bucket(ctx, b, maxBucketDocIDs)
@@ -267,10 +323,15 @@ func (n *Node) handleBucket(w http.ResponseWriter, r *http.Request) {
 		if !slices.Contains(owners, sn) {
 			owners = append(owners, sn)
 		}
-		docs += st.DocumentsCount
-		size += st.Size
+		holding(&byShard, sn).add(st, ownsBucket(t, sn, b))
 		cv = changevector.Merge(cv, v)
-		ids = append(ids, info.IDs...)
+		// While the bucket moves, the source and the destination both
+		// hold its documents: count and list the owner's.
+		if counted(t, sn, b) {
+			docs += st.DocumentsCount
+			size += st.Size
+			ids = append(ids, info.IDs...)
+		}
 		return nil
 	})
 	if err != nil {
@@ -279,7 +340,8 @@ func (n *Node) handleBucket(w http.ResponseWriter, r *http.Request) {
 	}
 	slices.Sort(owners)
 	slices.Sort(ids)
-	writeJSON(w, http.StatusOK, map[string]any{"Bucket": b, "Shards": owners, "DocumentsCount": docs, "Size": size, "ChangeVector": cv.String(), "Documents": ids})
+	writeJSON(w, http.StatusOK, map[string]any{"Bucket": b, "Shards": owners, "DocumentsCount": docs, "Size": size, "ChangeVector": cv.String(), "Documents": ids,
+		"ByShard": byShard})
 }
 
 func (n *Node) handleBucketOf(w http.ResponseWriter, r *http.Request) {
