@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"net"
 	"strconv"
@@ -135,6 +136,56 @@ func TestReusedRequestIDIsRefused(t *testing.T) {
 	}
 	if n := shards(); n != 3 {
 		t.Fatalf("%d shards after a refused add, want 3", n)
+	}
+}
+
+// TestReshardingRetryAfterItsOperationWasPruned: once a finished operation
+// is pruned from the record, a retry of the request that started it cannot
+// be told from another command that used the id. It is still refused
+// (nothing is applied), with a message that says the operation is gone
+// rather than that the id surely named another command.
+func TestReshardingRetryAfterItsOperationWasPruned(t *testing.T) {
+	n := testNode(t, t.TempDir())
+	c := client{t, n.HTTPURL()}
+	c.must(201, "PUT", "/admin/databases/rs", `{"Shards": 2}`) // shard 0 owns 0..524287
+	move := `{"FromBucket": 0, "ToBucket": 9, "ToShard": 1}`
+	first := c.must(202, "POST", "/databases/rs/resharding", move, "Request-Id", "op-old").json(t)["OperationId"].(string)
+	finished := func(id string) func() bool {
+		return func() bool {
+			return c.must(200, "GET", "/databases/rs/resharding/"+id, "").json(t)["Status"] == "Completed"
+		}
+	}
+	waitFor(t, 10*time.Second, "the first operation", finished(first))
+	// 51 more finished operations: the first is pruned when the last starts.
+	var ids []string
+	for i := range 50 {
+		ids = append(ids, c.must(202, "POST", "/databases/rs/resharding", fmt.Sprintf(`{"FromBucket": %d, "ToBucket": %d, "ToShard": 1}`, 100+i, 100+i), "").json(t)["OperationId"].(string))
+	}
+	for _, id := range ids {
+		waitFor(t, 10*time.Second, "operation "+id, finished(id))
+	}
+	last := c.must(202, "POST", "/databases/rs/resharding", `{"FromBucket": 200, "ToBucket": 200, "ToShard": 1}`, "").json(t)["OperationId"].(string)
+	waitFor(t, 10*time.Second, "the last operation", finished(last))
+	c.must(404, "GET", "/databases/rs/resharding/"+first, "")
+
+	r := c.do("POST", "/databases/rs/resharding", move, "Request-Id", "op-old")
+	body := r.json(t)
+	if r.Status != 409 || body["Type"] != "RequestIdReused" {
+		t.Fatalf("retry after the prune: %d %s", r.Status, r.Body)
+	}
+	msg := body["Error"].(string)
+	for _, want := range []string{`Request-Id "op-old" was already used`, "operation " + first, "pruned", "50 finished operations", "not applied"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("message lacks %q: %s", want, msg)
+		}
+	}
+	if strings.Contains(msg, "was already used by another command") {
+		t.Errorf("message says the id surely named another command: %s", msg)
+	}
+	// 50 finished, and the last, which was running when the first was
+	// pruned: the refused retry started nothing.
+	if ops := c.must(200, "GET", "/databases/rs/resharding", "").json(t)["Operations"].([]any); len(ops) != 51 {
+		t.Errorf("%d operations in the record after the refused retry, want 51", len(ops))
 	}
 }
 

@@ -215,13 +215,34 @@ func (n *Node) handleStartResharding(w http.ResponseWriter, r *http.Request) {
 		if rec != nil {
 			op = rec.Sharding.Resharding[id]
 		}
-		if op == nil || op.FromBucket != *req.FromBucket || op.ToBucket != *req.ToBucket || op.ToShard != *req.ToShard {
+		if op == nil {
+			// The state machine skipped the command as a retry, and no
+			// operation of this id is left: the id named another command,
+			// or this very one, whose operation finished and was pruned.
+			// Nothing tells which.
+			writeError(w, operationGone(r, t.rec.DatabaseName, id))
+			return
+		}
+		if op.FromBucket != *req.FromBucket || op.ToBucket != *req.ToBucket || op.ToShard != *req.ToShard {
 			writeError(w, requestIDReused(r))
 			return
 		}
 	}
 	n.logger.Info("resharding started", "db", t.rec.DatabaseName, "operation", id, "from", *req.FromBucket, "to", *req.ToBucket, "shard", *req.ToShard)
 	writeJSON(w, http.StatusAccepted, map[string]string{"OperationId": id})
+}
+
+// operationGone is the answer to a resharding request whose Request-Id
+// the state machine took for a retry when the record has no operation of
+// that id: a 409 RequestIdReused, since nothing was applied, that does
+// not claim the id named another command (it may have started this very
+// move, whose operation finished and was pruned).
+func operationGone(r *http.Request, db, id string) error {
+	return &apiError{Status: http.StatusConflict, Type: "RequestIdReused",
+		Msg: fmt.Sprintf("Request-Id %q was already used, and the operation it would have started (operation %s) is not in the record of %q, so this request was not applied. "+
+			"If the id was sent first with this same move, that operation ran and, once finished, was pruned (a record keeps the last %d finished operations); "+
+			"otherwise the id named another command. To move these buckets again, send a new id",
+			r.Header.Get("Request-Id"), id, db, raftfsm.MaxFinishedOperations)}
 }
 
 // operationView is an operation with its live migrations, as the API shows

@@ -534,8 +534,9 @@ func (r *DatabaseRecord) finishOperations(at time.Time) {
 	}
 }
 
-// maxFinishedOperations bounds how many finished operations a record keeps.
-const maxFinishedOperations = 50
+// MaxFinishedOperations bounds how many finished operations a record keeps
+// (the oldest are pruned when an operation starts).
+const MaxFinishedOperations = 50
 
 func (r *DatabaseRecord) pruneOperations() {
 	var done []*ReshardingOperation
@@ -544,11 +545,11 @@ func (r *DatabaseRecord) pruneOperations() {
 			done = append(done, op)
 		}
 	}
-	if len(done) <= maxFinishedOperations {
+	if len(done) <= MaxFinishedOperations {
 		return
 	}
 	slices.SortFunc(done, func(a, b *ReshardingOperation) int { return a.EndedAt.Compare(b.EndedAt) })
-	for _, op := range done[:len(done)-maxFinishedOperations] {
+	for _, op := range done[:len(done)-MaxFinishedOperations] {
 		delete(r.Sharding.Resharding, op.ID)
 	}
 }
