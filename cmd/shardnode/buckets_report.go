@@ -52,6 +52,18 @@ type bucketInfo struct {
 	Size           int64    `json:"Size"`
 	ChangeVector   string   `json:"ChangeVector"`
 	Documents      []string `json:"Documents"`
+	// ByShard is absent from servers older than the field.
+	ByShard []shardHolding `json:"ByShard"`
+}
+
+// shardHolding is what one shard holds of a bucket, and the part of it in
+// buckets it does not own, which the bucket's figures leave out.
+type shardHolding struct {
+	Shard                  int   `json:"Shard"`
+	DocumentsCount         int64 `json:"DocumentsCount"`
+	Size                   int64 `json:"Size"`
+	NotOwnedDocumentsCount int64 `json:"NotOwnedDocumentsCount"`
+	NotOwnedSize           int64 `json:"NotOwnedSize"`
 }
 
 // newBucketsReportCmd returns `shardnode buckets report`.
@@ -64,10 +76,13 @@ func newBucketsReportCmd() *cobra.Command {
 whole space, 0..1048575) split into N groups of equal width (default 32,
 at most 4096), each with the shards that own or hold data in it, its
 documents, its size, and a bar of its size relative to the largest group.
+Documents and sizes count each document once, on the shard that owns its
+bucket, also while the bucket moves and is on two shards.
 
 With --bucket N, print one bucket instead: the shards holding it, its
-documents and size, its merged change vector, and its document ids (the
-first --ids of them).`,
+documents and size (the owner's), any copy on a shard that does not own it
+(a move in flight, or leftovers), its merged change vector, and its
+document ids (the first --ids of them).`,
 		Example: `  shardnode buckets report --db shop
   shardnode buckets report --db shop --from 0 --to 4095 --groups 16
   shardnode buckets report --db shop --bucket 17`,
@@ -224,6 +239,14 @@ func renderBucket(db string, info bucketInfo, ids int) string {
 	fmt.Fprintf(&b, "  Shards         %s\n", joinInts(info.Shards))
 	fmt.Fprintf(&b, "  Documents      %s\n", humanCount(info.DocumentsCount))
 	fmt.Fprintf(&b, "  Size           %s\n", humanBytes(info.Size))
+	// The figures are the owner's; a copy elsewhere (the bucket is
+	// moving, or leftovers of a move) is shown apart.
+	for _, h := range info.ByShard {
+		if h.NotOwnedDocumentsCount > 0 || h.NotOwnedSize > 0 {
+			fmt.Fprintf(&b, "  Not counted    shard %d also holds %s %s (%s) without owning the bucket: a move in flight, or leftovers\n",
+				h.Shard, humanCount(h.NotOwnedDocumentsCount), plural(int(h.NotOwnedDocumentsCount), "document", "documents"), humanBytes(h.NotOwnedSize))
+		}
+	}
 	cv := info.ChangeVector
 	if cv == "" {
 		cv = "-"

@@ -941,3 +941,20 @@ func TestFollowInterruptedWhileBucketInFlight(t *testing.T) {
 		t.Errorf("a summary before the bucket in flight finished:\n%s", out)
 	}
 }
+
+// TestRenderBucketWhileMoving: the bucket's figures are the owner's; a
+// copy on a shard that does not own the bucket is shown apart.
+func TestRenderBucketWhileMoving(t *testing.T) {
+	info := bucketInfo{Bucket: 58091, Shards: []int{0, 1}, DocumentsCount: 1, Size: 74, ChangeVector: "A:1-x", Documents: []string{"users/2"},
+		ByShard: []shardHolding{{Shard: 0, DocumentsCount: 1, Size: 74}, {Shard: 1, DocumentsCount: 1, Size: 132, NotOwnedDocumentsCount: 1, NotOwnedSize: 132}}}
+	got := renderBucket("shop", info, 20)
+	for _, want := range []string{"  Shards         0,1\n", "  Documents      1\n", "  Size           74 B\n",
+		"  Not counted    shard 1 also holds 1 document (132 B) without owning the bucket: a move in flight, or leftovers\n", "    users/2\n"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("bucket lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "and 1 more") || strings.Count(got, "Not counted") != 1 {
+		t.Errorf("bucket:\n%s", got)
+	}
+}
