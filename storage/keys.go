@@ -37,6 +37,9 @@ func progressKey(source string) []byte {
 var (
 	metaDatabaseID = []byte{prefixMeta, 'd', 'b', 'i', 'd'}
 	metaCounters   = []byte{prefixMeta, 'c', 'n', 't', 's'}
+	// metaStatsCheckpoint holds the etag (BE64) that the bucket statistics
+	// keys are complete through (see writeCheckpoint).
+	metaStatsCheckpoint = []byte{prefixMeta, 's', 't', 'c', 'p'}
 )
 
 // itemKey is the key of the document or tombstone with the given id. Ids are

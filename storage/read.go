@@ -2,9 +2,11 @@ package storage
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -101,6 +103,15 @@ func (s *Store) BucketStats(b uint32) (BucketStats, error) {
 		return BucketStats{}, ErrClosed
 	}
 	defer s.reads.leave()
+	// Dirty statistics are newer than Pebble's; a bucket that is not dirty
+	// has its latest in Pebble, and a checkpoint that makes it clean writes
+	// Pebble first.
+	s.mu.RLock()
+	st, ok := s.dirty[b]
+	s.mu.RUnlock()
+	if ok {
+		return st.stats(), nil
+	}
 	v, closer, err := s.db.Get(bucketStatKey(b))
 	if errors.Is(err, pebble.ErrNotFound) {
 		return BucketStats{Bucket: b}, nil
@@ -123,22 +134,65 @@ func (s *Store) RangeStats(from, to uint32, fn func(BucketStats) error) error {
 	if to < bucket.MaxID {
 		upper = bucketStatKey(to + 1)
 	}
+	// The iterator and the dirty statistics are taken under the lock: no
+	// checkpoint can clean a bucket between the two, so a bucket that is
+	// not dirty has its latest statistics in the iterator's state.
+	s.mu.RLock()
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: bucketStatKey(from), UpperBound: upper})
+	dirty := s.dirtyIn(from, to)
+	s.mu.RUnlock()
 	if err != nil {
 		return fmt.Errorf("bucket stats %d-%d: %w", from, to, err)
 	}
 	defer closeQuietly(it)
-	for ok := it.First(); ok; ok = it.Next() {
-		b := binary.BigEndian.Uint32(it.Key()[1:])
-		st, err := decodeBucketStats(b, it.Value())
-		if err != nil {
-			return err
+	ok := it.First()
+	for ok || len(dirty) > 0 {
+		var st BucketStats
+		var b uint32
+		if ok {
+			b = binary.BigEndian.Uint32(it.Key()[1:])
+		}
+		if len(dirty) > 0 && (!ok || dirty[0].Bucket <= b) {
+			st = dirty[0].stats()
+			if ok && b == st.Bucket {
+				ok = it.Next()
+			}
+			dirty = dirty[1:]
+		} else {
+			if st, err = decodeBucketStats(b, it.Value()); err != nil {
+				return err
+			}
+			ok = it.Next()
 		}
 		if err := fn(st); err != nil {
 			return err
 		}
 	}
 	return it.Error()
+}
+
+// dirtyIn returns the dirty statistics of the buckets in [from, to], in
+// bucket order. The caller holds s.mu.
+func (s *Store) dirtyIn(from, to uint32) []*bucketState {
+	var out []*bucketState
+	if uint64(to)-uint64(from) < uint64(len(s.dirty)) {
+		for b := from; ; b++ {
+			if st, ok := s.dirty[b]; ok {
+				out = append(out, st)
+			}
+			if b == to {
+				break
+			}
+		}
+		return out
+	}
+	for b, st := range s.dirty {
+		if b >= from && b <= to {
+			out = append(out, st)
+		}
+	}
+	slices.SortFunc(out, func(x, y *bucketState) int { return cmp.Compare(x.Bucket, y.Bucket) })
+	return out
 }
 
 // IterateBuckets calls fn for every item (documents and tombstones) in the

@@ -184,35 +184,57 @@ func (s *Store) answer(req *writeReq) ([]Result, error) {
 
 func (s *Store) commitLoop(ctx context.Context) {
 	defer close(s.done)
+	defer s.finalCheckpoint()
+	// due fires when the oldest dirty bucket statistics have waited
+	// checkpointEvery; it is armed only while some are dirty, so an idle
+	// store does not wake up.
+	due := time.NewTimer(time.Hour)
+	due.Stop()
+	armed := false
 	prevOps := 0 // ops of the previous round
 	for {
 		var first *writeReq
 		select {
 		case <-ctx.Done():
 			return
+		case <-due.C:
+			armed = false
 		case first = <-s.reqs:
 		}
-		reqs := []*writeReq{first}
-		n := len(first.ops)
-	drain:
-		for n < maxRoundOps {
-			select {
-			case r := <-s.reqs:
-				reqs = append(reqs, r)
-				n += len(r.ops)
-			default:
-				break drain
+		if first != nil {
+			reqs := []*writeReq{first}
+			n := len(first.ops)
+		drain:
+			for n < maxRoundOps {
+				select {
+				case r := <-s.reqs:
+					reqs = append(reqs, r)
+					n += len(r.ops)
+				default:
+					break drain
+				}
 			}
+			if n < commitSiblings && prevOps >= 2 {
+				// Like PostgreSQL's commit_delay: when writers are concurrent
+				// (the last round had several), a short wait lets more of them
+				// share this round's sync. Fewer, larger rounds cost less CPU
+				// per write, which on a busy 2-core machine is throughput.
+				n = s.gatherMore(&reqs, n)
+			}
+			prevOps = n
+			s.commitRound(reqs)
 		}
-		if n < commitSiblings && prevOps >= 2 {
-			// Like PostgreSQL's commit_delay: when writers are concurrent
-			// (the last round had several), a short wait lets more of them
-			// share this round's sync. Fewer, larger rounds cost less CPU
-			// per write, which on a busy 2-core machine is throughput.
-			n = s.gatherMore(&reqs, n)
+		if len(s.dirty) >= s.checkpointBuckets || (len(s.dirty) > 0 && time.Since(s.dirtySince) >= s.checkpointEvery) {
+			s.checkpoint()
 		}
-		prevOps = n
-		s.commitRound(reqs)
+		switch {
+		case len(s.dirty) == 0 && armed:
+			due.Stop()
+			armed = false
+		case len(s.dirty) > 0 && !armed:
+			due.Reset(time.Until(s.dirtySince.Add(s.checkpointEvery)))
+			armed = true
+		}
 	}
 }
 
@@ -241,11 +263,53 @@ func (s *Store) gatherMore(reqs *[]*writeReq, n int) int {
 	return n
 }
 
-// bucketState is a bucket's statistics within a round, with its change
-// vector kept parsed (formatted once, at commit).
+// bucketState is a bucket's statistics, with its change vector kept parsed
+// (cv; BucketStats.ChangeVector is not kept up to date). Once a round is
+// committed its states are never changed again (a later round copies
+// them), so readers share them.
 type bucketState struct {
 	BucketStats
 	cv changevector.Vector
+}
+
+// count adds (sign 1) or takes away (sign -1) item d (nil: none), of size
+// bytes. Artificial tombstones (left by a purge) count nowhere: a bucket
+// that holds only those is empty.
+func (st *bucketState) count(d *Document, size, sign int64) {
+	if d == nil || d.artificial() {
+		return
+	}
+	st.Size += sign * size
+	if d.Deleted() {
+		st.TombstonesCount += sign
+	} else {
+		st.DocumentsCount += sign
+	}
+}
+
+// count is bucketState.count for the replica-wide counters.
+func (c *counters) count(d *Document, sign int64) {
+	if d == nil || d.artificial() {
+		return
+	}
+	if d.Deleted() {
+		c.Tombstones += sign
+	} else {
+		c.Documents += sign
+	}
+}
+
+// stats is st with its change vector formatted.
+func (st *bucketState) stats() BucketStats {
+	out := st.BucketStats
+	out.ChangeVector = st.cv.String()
+	return out
+}
+
+// encode is the value of st's statistics key.
+func (st *bucketState) encode() []byte {
+	out := st.stats()
+	return out.encode()
 }
 
 // pendingItem is the newest state of one key within a round.
@@ -263,6 +327,7 @@ type round struct {
 	s        *Store
 	items    map[string]*pendingItem
 	stats    map[uint32]*bucketState
+	pinned   map[uint32]bool // buckets whose statistics this round writes (see store)
 	progress map[string]uint64
 	conflict []conflictEntry
 	etag     uint64
@@ -272,7 +337,7 @@ type round struct {
 func (s *Store) commitRound(reqs []*writeReq) {
 	start := time.Now()
 	s.mu.RLock()
-	r := &round{s: s, items: map[string]*pendingItem{}, stats: map[uint32]*bucketState{}, progress: map[string]uint64{}, etag: s.lastEtag, counters: s.counters}
+	r := &round{s: s, items: map[string]*pendingItem{}, stats: map[uint32]*bucketState{}, pinned: map[uint32]bool{}, progress: map[string]uint64{}, etag: s.lastEtag, counters: s.counters}
 	s.mu.RUnlock()
 	resps := make([]writeResp, len(reqs))
 	for i, req := range reqs {
@@ -304,12 +369,23 @@ func (s *Store) commitRound(reqs []*writeReq) {
 		s.syncNanos += uint64(syncDur)
 		s.lastEtag = r.etag
 		s.counters = r.counters
+		// The round's bucket statistics are in no Pebble key yet (but for
+		// pinned buckets): readers find them here from now on, before any
+		// writer of the round hears back. A checkpoint writes them.
+		if len(s.dirty) == 0 && len(r.stats) > 0 {
+			s.dirtySince = time.Now()
+		}
+		for b, st := range r.stats {
+			s.dirty[b] = st
+		}
 		if len(r.items) > 0 || len(r.progress) > 0 {
 			close(s.changed)
 			s.changed = make(chan struct{})
 		}
 		s.mu.Unlock()
-		s.cacheStats(r.stats) // the committer's own state: no lock
+		for b := range r.stats {
+			s.used.add(b) // the committer's own state: no lock
+		}
 	}
 	for i, req := range reqs {
 		if err != nil && resps[i].err == nil {
@@ -319,8 +395,8 @@ func (s *Store) commitRound(reqs []*writeReq) {
 	}
 }
 
-// cacheStats keeps a committed round's bucket statistics for the next
-// rounds, evicting arbitrary entries when the cache is full.
+// cacheStats keeps checkpointed bucket statistics for the next rounds,
+// evicting arbitrary entries when the cache is full.
 func (s *Store) cacheStats(stats map[uint32]*bucketState) {
 	if len(s.statsCache)+len(stats) > s.statsCacheMax {
 		keep := s.statsCacheMax * 3 / 4
@@ -332,15 +408,18 @@ func (s *Store) cacheStats(stats map[uint32]*bucketState) {
 		}
 	}
 	for b, st := range stats {
-		s.statsCache[b] = st
-		s.used.add(b)
+		// A bucket already cached is updated, whatever the count: a stale
+		// entry must not stay.
+		if _, ok := s.statsCache[b]; ok || len(s.statsCache) < s.statsCacheMax {
+			s.statsCache[b] = st
+		}
 	}
 }
 
 // applyGroup applies one caller's ops to the round, or nothing of them if
 // any fails.
 func (r *round) applyGroup(req *writeReq) writeResp {
-	g := &round{s: r.s, items: map[string]*pendingItem{}, stats: map[uint32]*bucketState{}, progress: map[string]uint64{}, etag: r.etag, counters: r.counters}
+	g := &round{s: r.s, items: map[string]*pendingItem{}, stats: map[uint32]*bucketState{}, pinned: map[uint32]bool{}, progress: map[string]uint64{}, etag: r.etag, counters: r.counters}
 	results := make([]Result, 0, len(req.ops))
 	for _, op := range req.ops {
 		res, err := g.apply(r, op, req.now)
@@ -354,6 +433,9 @@ func (r *round) applyGroup(req *writeReq) writeResp {
 	}
 	for k, v := range g.stats {
 		r.stats[k] = v
+	}
+	for k := range g.pinned {
+		r.pinned[k] = true
 	}
 	for k, v := range g.progress {
 		r.progress[k] = v
@@ -387,11 +469,17 @@ func (g *round) lookup(parent *round, key []byte, b uint32) (*pendingItem, error
 	if err != nil {
 		return nil, err
 	}
+	return &pendingItem{key: key, doc: d, size: storedSize(key, v, d), committed: d.Etag, hadBody: d.bodyElsewhere}, nil
+}
+
+// storedSize is what the item d, read from value v under key, counts in the
+// statistics: what round.store counted when it wrote it.
+func storedSize(key, v []byte, d *Document) int64 {
 	size := int64(len(key) + len(v))
 	if d.bodyElsewhere {
 		size += int64(len(key) + uvarintLen(d.Etag) + d.bodyLen)
 	}
-	return &pendingItem{key: key, doc: d, size: size, committed: d.Etag, hadBody: d.bodyElsewhere}, nil
+	return size
 }
 
 // readBody fills in the body of an item the round read without it. The
@@ -419,6 +507,14 @@ func (g *round) bucketStats(parent *round, b uint32) (*bucketState, error) {
 		return st, nil
 	}
 	if st, ok := parent.stats[b]; ok {
+		cp := *st
+		g.stats[b] = &cp
+		return &cp, nil
+	}
+	// Committed statistics: dirty ones (not checkpointed yet) are the
+	// newest; the committer is their only writer, so it reads them without
+	// the lock.
+	if st, ok := g.s.dirty[b]; ok {
 		cp := *st
 		g.stats[b] = &cp
 		return &cp, nil
@@ -522,7 +618,7 @@ func (g *round) applyLocal(parent *round, op Op, now time.Time) (Result, error) 
 		}
 		res.Deleted = true
 	}
-	if err := g.store(parent, key, cur, doc, cv.Version); err != nil {
+	if err := g.store(parent, key, cur, doc, cv.Version, prev.Version); err != nil {
 		return Result{}, err
 	}
 	res.Collection, res.ChangeVector, res.LastModified, res.Etag = doc.Collection, doc.ChangeVector, now, doc.Etag
@@ -616,6 +712,7 @@ type decision struct {
 	doc   *Document                 // what to store otherwise
 	cv    changevector.ChangeVector // its change vector's history
 	loser *Document                 // set when concurrent versions conflicted
+	prev  changevector.Vector       // the current item's version, when compared
 }
 
 // decide compares an incoming version with the current item (nil: none):
@@ -643,9 +740,9 @@ func (g *round) decide(cur, incoming *Document, in changevector.ChangeVector) (d
 			winner, loser = cur, incoming
 		}
 		cp := *winner
-		return decision{doc: &cp, cv: local.Merge(in), loser: loser}, nil
+		return decision{doc: &cp, cv: local.Merge(in), loser: loser, prev: local.Version}, nil
 	}
-	return decision{doc: incoming, cv: in}, nil
+	return decision{doc: incoming, cv: in, prev: local.Version}, nil
 }
 
 // storeIncoming stores a decided item with the next etag and records a
@@ -653,7 +750,16 @@ func (g *round) decide(cur, incoming *Document, in changevector.ChangeVector) (d
 func (g *round) storeIncoming(parent *round, cur *pendingItem, d decision, res Result) (Result, error) {
 	g.etag++
 	d.doc.Etag = g.etag
-	if err := g.store(parent, cur.key, cur, d.doc, d.cv.Version); err != nil {
+	prev := d.prev
+	if cur.doc != nil && prev == nil {
+		// decide did not compare with it (an artificial tombstone).
+		held, err := changevector.Parse(cur.doc.ChangeVector)
+		if err != nil {
+			return Result{}, fmt.Errorf("stored change vector of %q: %w", cur.doc.ID, err)
+		}
+		prev = held.Version
+	}
+	if err := g.store(parent, cur.key, cur, d.doc, d.cv.Version, prev); err != nil {
 		return Result{}, err
 	}
 	if d.loser != nil {
@@ -694,7 +800,7 @@ func (g *round) applyPurge(parent *round, op Op) (Result, error) {
 	g.etag++
 	doc := &Document{ID: cur.doc.ID, Collection: cur.doc.Collection, ChangeVector: cur.doc.ChangeVector, LastModified: cur.doc.LastModified,
 		Etag: g.etag, Bucket: b, Flags: FlagDeleted | FlagArtificial}
-	if err := g.store(parent, key, cur, doc, local.Version); err != nil {
+	if err := g.store(parent, key, cur, doc, local.Version, local.Version); err != nil {
 		return Result{}, err
 	}
 	res.Skipped, res.Deleted, res.Etag = false, true, g.etag
@@ -726,8 +832,34 @@ func wins(a, b *Document) bool {
 	return a.ChangeVector > b.ChangeVector
 }
 
-// store puts doc in place of cur, keeping bucket and replica figures.
-func (g *round) store(parent *round, key []byte, cur *pendingItem, doc *Document, version changevector.Vector) error {
+// store puts doc, of the given version, in place of cur, whose version is
+// prev (nil: no item), keeping bucket and replica figures.
+//
+// Bucket statistics reach Pebble in checkpoints, not with every round.
+// After a crash, Open rebuilds those of the buckets changed since the last
+// checkpoint from their items (recoverStats), taking as change vector the
+// merge of the one in the statistics key and the versions of the bucket's
+// current items. That is the merge computed here, of every version ever
+// stored, as long as each version stored since that key was written is
+// superseded by (merges into) the version of the item that holds its key
+// now: every replacement must supersede what it replaced (see supersedes;
+// it is transitive). For almost every write it does:
+//
+//   - a local write is the previous version with this replica's entry set
+//     to a new etag, above any this replica gave before;
+//   - a replicated or migrated item is stored only when its version is
+//     newer than the current one, or, for concurrent versions, with the
+//     merge of both;
+//   - a purge keeps the version it replaces.
+//
+// What does not: a replicated or migrated item over an artificial
+// tombstone (it is stored without being compared with it: the bucket came
+// back); an entry that came with another tag for the same database id and
+// etag (Compare ignores tags, Merge does not); an item that carries this
+// replica's own entry above its etag (a replica restored from an older
+// copy). For those store pins the bucket: the round writes its statistics
+// key with its items, so what a crash can lose of the bucket starts after.
+func (g *round) store(parent *round, key []byte, cur *pendingItem, doc *Document, version, prev changevector.Vector) error {
 	st, err := g.bucketStats(parent, doc.Bucket)
 	if err != nil {
 		return err
@@ -740,32 +872,36 @@ func (g *round) store(parent *round, key []byte, cur *pendingItem, doc *Document
 	if doc.splitBody() {
 		size += int64(len(key) + doc.bodyValueLen())
 	}
-	// Artificial tombstones (left by a purge) count nowhere: a bucket that
-	// holds only those is empty.
-	if cur.doc != nil && !cur.doc.artificial() {
-		st.Size -= cur.size
-		if cur.doc.Deleted() {
-			st.TombstonesCount--
-			g.counters.Tombstones--
-		} else {
-			st.DocumentsCount--
-			g.counters.Documents--
-		}
-	}
-	if !doc.artificial() {
-		st.Size += size
-		if doc.Deleted() {
-			st.TombstonesCount++
-			g.counters.Tombstones++
-		} else {
-			st.DocumentsCount++
-			g.counters.Documents++
-		}
-	}
+	st.count(cur.doc, cur.size, -1)
+	g.counters.count(cur.doc, -1)
+	st.count(doc, size, 1)
+	g.counters.count(doc, 1)
 	st.cv = changevector.Merge(st.cv, version)
+	if cur.doc != nil && !supersedes(version, prev) {
+		g.pinned[doc.Bucket] = true
+	}
 	g.counters.CV = changevector.Merge(g.counters.CV, version)
 	g.items[string(key)] = &pendingItem{key: key, doc: doc, vlen: vlen, size: size, committed: cur.committed, hadBody: cur.hadBody}
 	return nil
+}
+
+// supersedes reports whether merging old into v gives v, tags included:
+// v has every entry of old, with a greater etag, or the same etag and a tag
+// that Merge prefers or equals.
+func supersedes(v, old changevector.Vector) bool {
+	i := 0
+	for _, e := range old {
+		for i < len(v) && v[i].DBID < e.DBID {
+			i++
+		}
+		if i == len(v) || v[i].DBID != e.DBID {
+			return false
+		}
+		if f := v[i]; f.Etag < e.Etag || (f.Etag == e.Etag && f.Tag > e.Tag) {
+			return false
+		}
+	}
+	return true
 }
 
 // checkIfMatch compares version parts, so a change vector read before a
@@ -809,7 +945,7 @@ func (r *round) commit() error {
 		return nil
 	}
 	// Size the batch up front: growing it copies every document again.
-	size := 256 + 128*len(r.stats) + 64*len(r.progress)
+	size := 256 + 128*len(r.pinned) + 64*len(r.progress)
 	items := make([]*pendingItem, 0, len(r.items))
 	for _, p := range r.items {
 		items = append(items, p)
@@ -878,15 +1014,15 @@ func (r *round) commit() error {
 			}
 		}
 	}
-	buckets := make([]uint32, 0, len(r.stats))
-	for bk := range r.stats {
+	// Bucket statistics wait for the next checkpoint, but for pinned
+	// buckets (see store).
+	buckets := make([]uint32, 0, len(r.pinned))
+	for bk := range r.pinned {
 		buckets = append(buckets, bk)
 	}
 	slices.Sort(buckets)
 	for _, bk := range buckets {
-		st := r.stats[bk]
-		st.ChangeVector = st.cv.String()
-		if err := b.Set(bucketStatKey(bk), st.encode(), nil); err != nil {
+		if err := b.Set(bucketStatKey(bk), r.stats[bk].encode(), nil); err != nil {
 			return err
 		}
 	}
