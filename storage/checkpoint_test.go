@@ -1,0 +1,261 @@
+package storage
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"pgregory.net/rapid"
+
+	"github.com/shardnode/shardnode/bucket"
+	"github.com/shardnode/shardnode/changevector"
+)
+
+// fataler is what the checks need of a *testing.T or *rapid.T.
+type fataler interface {
+	Helper()
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+}
+
+// recomputeStats is every bucket's statistics computed from its items, as
+// round.store counts them, independently of the store's own recovery: the
+// size of a split item is read from its doc key. The change vector merges
+// the versions of the bucket's items.
+func recomputeStats(t fataler, db *pebble.DB) map[uint32]BucketStats {
+	t.Helper()
+	cvs := map[uint32]changevector.Vector{}
+	out := map[uint32]BucketStats{}
+	it, err := db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixItem}, UpperBound: []byte{prefixItem + 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer it.Close()
+	for ok := it.First(); ok; ok = it.Next() {
+		k, v := it.Key(), it.Value()
+		b := binary.BigEndian.Uint32(k[1:])
+		d, err := decodeItem(b, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cv, err := changevector.Parse(d.ChangeVector)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cvs[b] = changevector.Merge(cvs[b], cv.Version)
+		st := out[b]
+		st.Bucket = b
+		if !d.artificial() {
+			size := int64(len(k) + len(v))
+			if v[0] == itemFormatSplit {
+				dv, closer, err := db.Get(docKey(k))
+				if err != nil {
+					t.Fatalf("doc key of %q: %v", k, err)
+				}
+				_, body, err := docValueBody(dv)
+				if err != nil {
+					t.Fatal(err)
+				}
+				size += int64(len(k) + uvarintLen(d.Etag) + len(body))
+				closer.Close()
+			}
+			st.Size += size
+			if d.Deleted() {
+				st.TombstonesCount++
+			} else {
+				st.DocumentsCount++
+			}
+		}
+		out[b] = st
+	}
+	for b, cv := range cvs {
+		st := out[b]
+		st.ChangeVector = cv.String()
+		out[b] = st
+	}
+	return out
+}
+
+// allStats is every bucket's statistics as RangeStats gives them, checked
+// against BucketStats.
+func allStats(t fataler, s *Store) map[uint32]BucketStats {
+	t.Helper()
+	out := map[uint32]BucketStats{}
+	last := int64(-1)
+	err := s.RangeStats(0, bucket.MaxID, func(st BucketStats) error {
+		if int64(st.Bucket) <= last {
+			return fmt.Errorf("bucket %d after %d", st.Bucket, last)
+		}
+		last = int64(st.Bucket)
+		out[st.Bucket] = st
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for b, st := range out {
+		if one, err := s.BucketStats(b); err != nil || one != st {
+			t.Fatalf("bucket %d: RangeStats %+v, BucketStats %+v %v", b, st, one, err)
+		}
+	}
+	return out
+}
+
+// checkCounts fails unless every bucket's counts and size are those of its
+// items and every bucket with items has statistics (and no other).
+func checkCounts(t fataler, got, want map[uint32]BucketStats) {
+	t.Helper()
+	for b, w := range want {
+		g, ok := got[b]
+		if !ok {
+			t.Fatalf("bucket %d holds items but has no statistics; recomputed %+v", b, w)
+		}
+		if g.DocumentsCount != w.DocumentsCount || g.TombstonesCount != w.TombstonesCount || g.Size != w.Size {
+			t.Fatalf("bucket %d: statistics %+v, its items give %+v", b, g, w)
+		}
+	}
+	for b, g := range got {
+		if _, ok := want[b]; !ok {
+			t.Fatalf("bucket %d has statistics %+v and no items", b, g)
+		}
+	}
+}
+
+// TestBucketStatsProperty applies random local, replicated, migrated and
+// purge operations over a few buckets, with clean reopens and simulated
+// crashes (the file system keeps only what was synced, and perhaps some of
+// the rest) in between and checkpoints at random points, and checks after
+// every step that each bucket's statistics are those of its items, with
+// the merge of every version the store acknowledged as change vector.
+func TestBucketStatsProperty(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "replica")
+	dbB, dbC, dbM := changevector.NewDatabaseID(), changevector.NewDatabaseID(), changevector.NewDatabaseID()
+	rapid.Check(t, func(rt *rapid.T) {
+		fs := vfs.NewCrashableMem()
+		open := func() *Store {
+			s, err := Open(Options{Dir: dir, NodeTag: "A", tune: func(o *pebble.Options) { o.FS = fs },
+				checkpointBuckets: rapid.IntRange(1, 4).Draw(rt, "checkpointBuckets"),
+				checkpointEvery:   rapid.SampledFrom([]time.Duration{time.Millisecond, time.Hour}).Draw(rt, "checkpointEvery")})
+			if err != nil {
+				rt.Fatal(err)
+			}
+			s.statsCacheMax = rapid.IntRange(1, 4).Draw(rt, "statsCacheMax")
+			return s
+		}
+		s := open()
+		defer func() { s.Close() }()
+		ctx := context.Background()
+		want := map[uint32]changevector.Vector{} // merged versions acknowledged, by bucket
+		ids := rapid.SampledFrom([]string{"a$x", "b$x", "c$x", "a$y", "b$y", "a$z"})
+		body := func() []byte {
+			if rapid.Bool().Draw(rt, "large") {
+				return []byte(`{"pad":"` + strings.Repeat("p", bodyKeyMin) + `"}`)
+			}
+			return []byte(`{"v":1}`)
+		}
+		// version draws a version vector over three replicas, this one
+		// among them; now and then an entry has another tag.
+		version := func() changevector.Vector {
+			var v changevector.Vector
+			for i, db := range []string{s.DatabaseID(), dbB, dbC} {
+				if rapid.Bool().Draw(rt, "entry") {
+					tag := []string{"A", "B", "C"}[i]
+					if rapid.IntRange(0, 9).Draw(rt, "retag") == 0 {
+						tag = "D"
+					}
+					v = changevector.Merge(v, changevector.Vector(nil).With(tag, rapid.Uint64Range(1, 12).Draw(rt, "etag"), db))
+				}
+			}
+			if v == nil {
+				v = changevector.Vector(nil).With("B", 1, dbB)
+			}
+			return v
+		}
+		current := func(id string) changevector.Vector {
+			d, err := s.GetItem(id)
+			if err != nil {
+				return nil
+			}
+			cv, err := changevector.Parse(d.ChangeVector)
+			if err != nil {
+				rt.Fatal(err)
+			}
+			return cv.Version
+		}
+		steps := rapid.IntRange(1, 40).Draw(rt, "steps")
+		for step := 0; step < steps; step++ {
+			var op Op
+			switch kind := rapid.IntRange(0, 7).Draw(rt, "kind"); kind {
+			case 0, 1:
+				op = Op{Kind: OpPut, ID: ids.Draw(rt, "id"), Collection: "Users", Body: body()}
+			case 2:
+				op = Op{Kind: OpDelete, ID: ids.Draw(rt, "id")}
+			case 3:
+				op = Op{Kind: OpReplicate, ID: ids.Draw(rt, "id"), Collection: "Users", Body: body(), ChangeVector: version().String(),
+					LastModified: time.Unix(rapid.Int64Range(1, 3).Draw(rt, "time"), 0), Source: dbB}
+				if rapid.Bool().Draw(rt, "tombstone") {
+					op.Flags, op.Body = FlagDeleted, nil
+				}
+			case 4:
+				cv := version()
+				text := cv.String()
+				if rapid.Bool().Draw(rt, "composite") {
+					text = changevector.Composite(changevector.Vector(nil).With(changevector.MoveTag, 1, dbM).With("B", 3, dbB), cv).String()
+				}
+				op = Op{Kind: OpMigrate, ID: ids.Draw(rt, "id"), Collection: "Users", Body: body(), ChangeVector: text,
+					LastModified: time.Unix(rapid.Int64Range(1, 3).Draw(rt, "time"), 0), MigrationIndex: rapid.Uint64Range(1, 3).Draw(rt, "index"), DatabaseID: dbM}
+			case 5:
+				id := ids.Draw(rt, "id")
+				covered := version()
+				if rapid.Bool().Draw(rt, "covers") {
+					covered = changevector.Merge(covered, current(id))
+				}
+				op = Op{Kind: OpPurge, ID: id, CoveredBy: covered}
+			case 6: // clean reopen
+				if err := s.Close(); err != nil {
+					rt.Fatal(err)
+				}
+				s = open()
+			case 7: // crash: only what was synced, and perhaps some of the rest, survives
+				crashed := fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: rapid.IntRange(0, 100).Draw(rt, "unsynced"), RNG: rand.New(rand.NewPCG(rapid.Uint64().Draw(rt, "seed"), 0))})
+				s.noFinalCheckpoint.Store(true)
+				s.Close()
+				fs = crashed
+				s = open()
+			}
+			if op.Kind != 0 {
+				res, err := s.Write(ctx, []Op{op})
+				if err != nil {
+					rt.Fatalf("%+v: %v", op, err)
+				}
+				r := res[0]
+				if r.Etag == 0 || r.Skipped {
+					continue
+				}
+				var v changevector.Vector
+				if r.ChangeVector != "" { // a purge keeps the version, already merged
+					cv, err := changevector.Parse(r.ChangeVector)
+					if err != nil {
+						rt.Fatal(err)
+					}
+					v = cv.Version
+				}
+				want[r.Bucket] = changevector.Merge(want[r.Bucket], v)
+			}
+			got := allStats(rt, s)
+			checkCounts(rt, got, recomputeStats(rt, s.db))
+			for b, v := range want {
+				if got[b].ChangeVector != v.String() {
+					rt.Fatalf("bucket %d: change vector %q, acknowledged versions merge to %q", b, got[b].ChangeVector, v.String())
+				}
+			}
+		}
+	})
+}
