@@ -1,12 +1,17 @@
 package storage
 
 import (
+	"bufio"
 	"context"
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -258,4 +263,187 @@ func TestBucketStatsProperty(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestBucketStatsSurviveSIGKILL runs writers in a child process that
+// checkpoints bucket statistics often, kills it with SIGKILL in the middle
+// of the load, and checks after reopening that every bucket's statistics
+// are those of its items; three times over the same replica, so a
+// recovery is itself followed by a crash.
+func TestBucketStatsSurviveSIGKILL(t *testing.T) {
+	if dir := os.Getenv("SHARDNODE_STATS_CHILD"); dir != "" {
+		statsChildWriter(dir)
+		return
+	}
+	dir := filepath.Join(t.TempDir(), "replica")
+	clean := 0 // runs that left nothing to recover
+	for run, kill := range []int{300, 2000, 900} {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestBucketStatsSurviveSIGKILL$")
+		cmd.Env = append(os.Environ(), "SHARDNODE_STATS_CHILD="+dir)
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(out)
+		acks := 0
+		deadline := time.Now().Add(30 * time.Second)
+		for acks < kill && time.Now().Before(deadline) && sc.Scan() {
+			if strings.HasPrefix(sc.Text(), "ack ") {
+				acks++
+			}
+		}
+		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		_ = cmd.Wait()
+		if acks < kill {
+			t.Fatalf("run %d: child acknowledged only %d writes", run, acks)
+		}
+		through := checkpointEtag(t, dir)
+		s, err := Open(Options{Dir: dir, NodeTag: "A"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if through >= s.LastEtag() {
+			clean++
+		}
+		got, want := allStats(t, s), recomputeStats(t, s.db)
+		checkCounts(t, got, want)
+		var docs int64
+		for b, w := range want {
+			// Only local writes: every version supersedes the one it
+			// replaced, so the items' versions merge to the bucket's.
+			if got[b].ChangeVector != w.ChangeVector {
+				t.Fatalf("run %d, bucket %d: change vector %q, its items give %q", run, b, got[b].ChangeVector, w.ChangeVector)
+			}
+			docs += w.DocumentsCount
+		}
+		if st := s.Stats(); st.DocumentsCount != docs {
+			t.Fatalf("run %d: store counts %d documents, its buckets %d", run, st.DocumentsCount, docs)
+		}
+		t.Logf("run %d: %d buckets agree with their items after SIGKILL at %d acknowledged writes (etag %d, checkpoint at %d)", run, len(want), acks, s.LastEtag(), through)
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if clean == 3 {
+		t.Fatal("every kill left the statistics checkpointed through the last etag: nothing was recovered")
+	}
+}
+
+// checkpointEtag is the etag the statistics checkpoint of the replica in
+// dir names.
+func checkpointEtag(t *testing.T, dir string) uint64 {
+	t.Helper()
+	db, err := pebble.Open(dir, PebbleOptions(nil, 0, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	v, closer, err := db.Get(metaStatsCheckpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closer.Close()
+	return binary.BigEndian.Uint64(v)
+}
+
+// statsChildWriter puts and deletes documents, small and split, over a few
+// hundred buckets until it is killed, checkpointing bucket statistics every
+// 50 buckets or 5 ms.
+func statsChildWriter(dir string) {
+	s, err := Open(Options{Dir: dir, NodeTag: "A", checkpointBuckets: 50, checkpointEvery: 5 * time.Millisecond})
+	if err != nil {
+		fmt.Println("open:", err)
+		os.Exit(1)
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for w := 0; w < 16; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(w), uint64(time.Now().UnixNano())))
+			for {
+				ops := make([]Op, 1+r.IntN(20))
+				for i := range ops {
+					id := fmt.Sprintf("d%d$b%d", r.IntN(20), r.IntN(300))
+					switch r.IntN(4) {
+					case 0:
+						ops[i] = Op{Kind: OpDelete, ID: id}
+					case 1:
+						ops[i] = put(id, `{"pad":"`+strings.Repeat("p", bodyKeyMin+r.IntN(100))+`"}`)
+					default:
+						ops[i] = put(id, fmt.Sprintf(`{"v":%d}`, r.IntN(1000)))
+					}
+				}
+				if _, err := s.Write(context.Background(), ops); err != nil {
+					return
+				}
+				mu.Lock()
+				fmt.Println("ack", len(ops))
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// TestOpensStoreWithoutStatsCheckpoint: a replica written before
+// checkpoints (no checkpoint key) wrote its statistics keys with every
+// round, so they are complete through its last etag; the open keeps them
+// as they are (a recount would not notice the tampered one below) and
+// writes a checkpoint at that etag.
+func TestOpensStoreWithoutStatsCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(Options{Dir: dir, NodeTag: "A"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := s.Write(ctx, []Op{put("a$k", `{}`), put("b$k", `{}`), put("c$j", `{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := pebble.Open(dir, PebbleOptions(nil, 0, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := bucket.ForID("k")
+	tampered := BucketStats{Bucket: k, DocumentsCount: 7, Size: 1}
+	if err := db.Delete(metaStatsCheckpoint, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Set(bucketStatKey(k), tampered.encode(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openTest(t, dir)
+	if st, err := s.BucketStats(k); err != nil || st != tampered {
+		t.Fatalf("bucket stats %+v %v, want them kept as %+v", st, err, tampered)
+	}
+	if st, err := s.BucketStats(bucket.ForID("j")); err != nil || st.DocumentsCount != 1 {
+		t.Fatalf("bucket stats %+v %v", st, err)
+	}
+	v, closer, err := s.db.Get(metaStatsCheckpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closer.Close()
+	if got := binary.BigEndian.Uint64(v); got != 3 || s.LastEtag() != 3 {
+		t.Fatalf("checkpoint at %d, last etag %d", got, s.LastEtag())
+	}
+	if _, err := s.Write(ctx, []Op{put("d$k", `{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := s.BucketStats(k); st.DocumentsCount != 8 {
+		t.Fatalf("after a write: %+v", st)
+	}
 }
