@@ -147,7 +147,8 @@ func TestBucketStatsProperty(t *testing.T) {
 		open := func() *Store {
 			s, err := Open(Options{Dir: dir, NodeTag: "A", tune: func(o *pebble.Options) { o.FS = fs },
 				checkpointBuckets: rapid.IntRange(1, 4).Draw(rt, "checkpointBuckets"),
-				checkpointEvery:   rapid.SampledFrom([]time.Duration{time.Millisecond, time.Hour}).Draw(rt, "checkpointEvery")})
+				checkpointEvery:   rapid.SampledFrom([]time.Duration{time.Millisecond, time.Hour}).Draw(rt, "checkpointEvery"),
+				checkpointPause:   rapid.SampledFrom([]time.Duration{0, 2 * time.Millisecond}).Draw(rt, "checkpointPause")})
 			if err != nil {
 				rt.Fatal(err)
 			}

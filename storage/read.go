@@ -103,11 +103,14 @@ func (s *Store) BucketStats(b uint32) (BucketStats, error) {
 		return BucketStats{}, ErrClosed
 	}
 	defer s.reads.leave()
-	// Dirty statistics are newer than Pebble's; a bucket that is not dirty
-	// has its latest in Pebble, and a checkpoint that makes it clean writes
-	// Pebble first.
+	// Dirty statistics are newer than those a checkpoint is writing, which
+	// are newer than Pebble's; a bucket in neither has its latest in
+	// Pebble, and a checkpoint writes Pebble before it lets go of them.
 	s.mu.RLock()
 	st, ok := s.dirty[b]
+	if !ok {
+		st, ok = s.flushing[b]
+	}
 	s.mu.RUnlock()
 	if ok {
 		return st.stats(), nil
@@ -135,8 +138,9 @@ func (s *Store) RangeStats(from, to uint32, fn func(BucketStats) error) error {
 		upper = bucketStatKey(to + 1)
 	}
 	// The iterator and the dirty statistics are taken under the lock: no
-	// checkpoint can clean a bucket between the two, so a bucket that is
-	// not dirty has its latest statistics in the iterator's state.
+	// checkpoint can let go of a bucket between the two, so a bucket that
+	// is neither dirty nor being checkpointed has its latest statistics in
+	// the iterator's state.
 	s.mu.RLock()
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: bucketStatKey(from), UpperBound: upper})
 	dirty := s.dirtyIn(from, to)
@@ -171,13 +175,16 @@ func (s *Store) RangeStats(from, to uint32, fn func(BucketStats) error) error {
 	return it.Error()
 }
 
-// dirtyIn returns the dirty statistics of the buckets in [from, to], in
-// bucket order. The caller holds s.mu.
+// dirtyIn returns the statistics of the buckets in [from, to] that are
+// dirty or being checkpointed, the newer for a bucket in both, in bucket
+// order. The caller holds s.mu.
 func (s *Store) dirtyIn(from, to uint32) []*bucketState {
 	var out []*bucketState
-	if uint64(to)-uint64(from) < uint64(len(s.dirty)) {
+	if uint64(to)-uint64(from) < uint64(len(s.dirty)+len(s.flushing)) {
 		for b := from; ; b++ {
 			if st, ok := s.dirty[b]; ok {
+				out = append(out, st)
+			} else if st, ok := s.flushing[b]; ok {
 				out = append(out, st)
 			}
 			if b == to {
@@ -188,6 +195,11 @@ func (s *Store) dirtyIn(from, to uint32) []*bucketState {
 	}
 	for b, st := range s.dirty {
 		if b >= from && b <= to {
+			out = append(out, st)
+		}
+	}
+	for b, st := range s.flushing {
+		if _, ok := s.dirty[b]; !ok && b >= from && b <= to {
 			out = append(out, st)
 		}
 	}

@@ -52,6 +52,9 @@ type Options struct {
 	// when bucket statistics are checkpointed.
 	checkpointBuckets int
 	checkpointEvery   time.Duration
+	// checkpointPause, set only by tests, delays each checkpoint's write,
+	// so that rounds commit while it runs.
+	checkpointPause time.Duration
 }
 
 // Store is one shard replica's document storage.
@@ -77,6 +80,9 @@ type Store struct {
 	// entries (it never changes a committed bucketState) and reads them
 	// without the lock.
 	dirty map[uint32]*bucketState
+	// flushing holds the statistics a running checkpoint is writing (nil:
+	// none); readers look here after dirty.
+	flushing map[uint32]*bucketState
 
 	// Group-commit figures, for observing how well commits are shared.
 	commits, commitOps, commitNanos, syncNanos uint64
@@ -93,14 +99,20 @@ type Store struct {
 	statsCache    map[uint32]*bucketState
 	statsCacheMax int // entries; tests lower it
 	// dirtySince is when dirty last became non-empty; checkpointBuckets
-	// and checkpointEvery say when the committer checkpoints (tests lower
-	// them); tests that simulate a crash set noFinalCheckpoint, and Close
+	// and checkpointEvery say when the committer starts a checkpoint (tests
+	// lower them); tests that simulate a crash set noFinalCheckpoint, and Close
 	// then leaves the dirty statistics unwritten. The committer alone uses
 	// them once it runs.
 	dirtySince        time.Time
 	checkpointBuckets int
 	checkpointEvery   time.Duration
 	noFinalCheckpoint atomic.Bool
+	// ckptDone reports the running checkpoint's outcome (nil: none runs);
+	// spare is the map of the last finished one, cleared for reuse as dirty.
+	// Only the committer touches them.
+	ckptDone  chan error
+	spare     map[uint32]*bucketState
+	ckptPause time.Duration // see Options.checkpointPause
 	// used has a bit for every bucket that has statistics on disk, i.e. that
 	// ever held an item here: a write into any other bucket reads nothing
 	// back (neither its statistics nor the item can exist). Built at open
@@ -146,7 +158,7 @@ func Open(opts Options) (*Store, error) {
 	}
 	s := &Store{db: db, tag: opts.NodeTag, logger: logger, reqs: make(chan *writeReq, 1024), done: make(chan struct{}), changed: make(chan struct{}), docs: opts.DocCache.open(),
 		dirty: map[uint32]*bucketState{}, statsCache: map[uint32]*bucketState{}, statsCacheMax: statsCacheMax, used: newBucketSet(), reads: newReadGate(),
-		checkpointBuckets: cmp.Or(opts.checkpointBuckets, checkpointBuckets), checkpointEvery: cmp.Or(opts.checkpointEvery, checkpointEvery)}
+		checkpointBuckets: cmp.Or(opts.checkpointBuckets, checkpointBuckets), checkpointEvery: cmp.Or(opts.checkpointEvery, checkpointEvery), ckptPause: opts.checkpointPause}
 	if err := s.load(); err != nil {
 		s.docs.close()
 		_ = db.Close()

@@ -199,6 +199,8 @@ func (s *Store) commitLoop(ctx context.Context) {
 			return
 		case <-due.C:
 			armed = false
+		case err := <-s.ckptDone: // nil, and never ready, when none runs
+			s.checkpointed(err)
 		case first = <-s.reqs:
 		}
 		if first != nil {
@@ -224,14 +226,16 @@ func (s *Store) commitLoop(ctx context.Context) {
 			prevOps = n
 			s.commitRound(reqs)
 		}
-		if len(s.dirty) >= s.checkpointBuckets || (len(s.dirty) > 0 && time.Since(s.dirtySince) >= s.checkpointEvery) {
-			s.checkpoint()
+		if s.ckptDone == nil && (len(s.dirty) >= s.checkpointBuckets || (len(s.dirty) > 0 && time.Since(s.dirtySince) >= s.checkpointEvery)) {
+			s.startCheckpoint()
 		}
+		// While a checkpoint runs, its end is what wakes the loop.
+		wait := s.ckptDone == nil && len(s.dirty) > 0
 		switch {
-		case len(s.dirty) == 0 && armed:
+		case !wait && armed:
 			due.Stop()
 			armed = false
-		case len(s.dirty) > 0 && !armed:
+		case wait && !armed:
 			due.Reset(time.Until(s.dirtySince.Add(s.checkpointEvery)))
 			armed = true
 		}
@@ -343,6 +347,9 @@ func (s *Store) commitRound(reqs []*writeReq) {
 	for i, req := range reqs {
 		resps[i] = r.applyGroup(req)
 	}
+	if len(r.pinned) > 0 {
+		s.waitCheckpoint()
+	}
 	syncStart := time.Now()
 	err := r.commit()
 	syncDur := time.Since(syncStart)
@@ -396,7 +403,8 @@ func (s *Store) commitRound(reqs []*writeReq) {
 }
 
 // cacheStats keeps checkpointed bucket statistics for the next rounds,
-// evicting arbitrary entries when the cache is full.
+// evicting arbitrary entries when the cache is full. Only the committer
+// calls it.
 func (s *Store) cacheStats(stats map[uint32]*bucketState) {
 	if len(s.statsCache)+len(stats) > s.statsCacheMax {
 		keep := s.statsCacheMax * 3 / 4
@@ -512,9 +520,14 @@ func (g *round) bucketStats(parent *round, b uint32) (*bucketState, error) {
 		return &cp, nil
 	}
 	// Committed statistics: dirty ones (not checkpointed yet) are the
-	// newest; the committer is their only writer, so it reads them without
-	// the lock.
+	// newest, then those a running checkpoint writes; the committer is
+	// their only writer, so it reads them without the lock.
 	if st, ok := g.s.dirty[b]; ok {
+		cp := *st
+		g.stats[b] = &cp
+		return &cp, nil
+	}
+	if st, ok := g.s.flushing[b]; ok {
 		cp := *st
 		g.stats[b] = &cp
 		return &cp, nil
