@@ -48,6 +48,11 @@ type StorageConfig struct {
 	// documents point reads found (storage.doc-cache-bytes); 0 disables the
 	// cache.
 	DocCacheBytes int64 `yaml:"doc-cache-bytes" json:"doc-cache-bytes"`
+	// MemtableBudgetBytes is divided among the node's replicas for their
+	// write buffers (storage.memtable-budget-bytes): each gets its share,
+	// between 2 MiB and 32 MiB. Each replica's write-ahead log reserves
+	// about 1.1 times its buffer on disk, so the budget also bounds that.
+	MemtableBudgetBytes int64 `yaml:"memtable-budget-bytes" json:"memtable-budget-bytes"`
 }
 
 // ReshardingConfig is the "resharding" section.
@@ -167,7 +172,7 @@ func Default() Config {
 			Format: "text",
 		},
 		Resharding: ReshardingConfig{MigratorIntervalMs: 10000},
-		Storage:    StorageConfig{DocCacheBytes: 128 * MiB},
+		Storage:    StorageConfig{DocCacheBytes: 128 * MiB, MemtableBudgetBytes: 256 * MiB},
 	}
 }
 
@@ -214,6 +219,7 @@ func (c *Config) fields() []field {
 		{"debug.failpoints", "", &c.Debug.Failpoints, "fault-test pauses: name=duration,... (never in production)"},
 		{"debug.pprof", "pprof", &c.Debug.Pprof, "serve Go's profiler under /debug/pprof/ on the HTTP address"},
 		{"storage.doc-cache-bytes", "", &c.Storage.DocCacheBytes, "memory for documents point reads found, shared by the node's replicas; 0 disables it"},
+		{"storage.memtable-budget-bytes", "", &c.Storage.MemtableBudgetBytes, "write buffers of the node's replicas, divided among them (2 to 32 MiB each)"},
 	}
 }
 

@@ -107,7 +107,7 @@ func TestDefaults(t *testing.T) {
 		Cluster:    ClusterConfig{Name: "shardnode"},
 		Log:        LogConfig{Level: "info", Format: "text"},
 		Resharding: ReshardingConfig{MigratorIntervalMs: 10000},
-		Storage:    StorageConfig{DocCacheBytes: 128 << 20},
+		Storage:    StorageConfig{DocCacheBytes: 128 << 20, MemtableBudgetBytes: 256 << 20},
 	}
 	if !reflect.DeepEqual(d, want) {
 		t.Fatalf("Default() = %+v, want %+v", d, want)
@@ -183,7 +183,7 @@ func TestFileOnly(t *testing.T) {
 		Cluster:    ClusterConfig{Name: "prod-1"},
 		Log:        LogConfig{Level: "debug", Format: "json"},
 		Resharding: ReshardingConfig{MigratorIntervalMs: 10000},
-		Storage:    StorageConfig{DocCacheBytes: 128 << 20},
+		Storage:    StorageConfig{DocCacheBytes: 128 << 20, MemtableBudgetBytes: 256 << 20},
 	}
 	if !reflect.DeepEqual(*c, want) {
 		t.Fatalf("got  %+v\nwant %+v", *c, want)
@@ -587,7 +587,7 @@ func TestEnvNameAndKeys(t *testing.T) {
 		t.Fatalf("EnvName = %q", got)
 	}
 	keys := Keys()
-	if len(keys) != 19 || keys[0] != "node.tag" || keys[16] != "debug.failpoints" || keys[17] != "debug.pprof" || keys[18] != "storage.doc-cache-bytes" {
+	if len(keys) != 20 || keys[0] != "node.tag" || keys[16] != "debug.failpoints" || keys[17] != "debug.pprof" || keys[18] != "storage.doc-cache-bytes" || keys[19] != "storage.memtable-budget-bytes" {
 		t.Fatalf("Keys = %q", keys)
 	}
 }

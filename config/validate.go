@@ -66,6 +66,9 @@ func (c *Config) Validate() error {
 	if msg := checkAddr(c.HTTP.Addr); msg != "" {
 		bad("http.addr", c.HTTP.Addr, "%s", msg)
 	}
+	if c.Storage.MemtableBudgetBytes < 2<<20 {
+		bad("storage.memtable-budget-bytes", c.Storage.MemtableBudgetBytes, "must be at least 2MiB")
+	}
 	if c.Storage.DocCacheBytes < 0 {
 		bad("storage.doc-cache-bytes", c.Storage.DocCacheBytes, "must be 0 (no cache) or positive")
 	}

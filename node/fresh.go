@@ -180,7 +180,7 @@ func (n *Node) checkFresh(ctx context.Context, asked time.Time) (time.Time, erro
 		if err := n.raft.r.VerifyLeader().Error(); err != nil {
 			return asked, err
 		}
-		return asked, n.replicas.waitFor(ctx, n.fsm.AppliedIndex())
+		return asked, n.replicas.waitSettled(ctx, n.fsm.AppliedIndex())
 	}
 	url := n.leaderURL()
 	if url == "" {
@@ -197,7 +197,7 @@ func (n *Node) checkFresh(ctx context.Context, asked time.Time) (time.Time, erro
 	if err := n.waitAppliedThrough(ctx, rep.Index); err != nil {
 		return asked, err
 	}
-	return asked.Add(-rep.FreshAgo), n.replicas.waitFor(ctx, n.fsm.AppliedIndex())
+	return asked.Add(-rep.FreshAgo), n.replicas.waitSettled(ctx, n.fsm.AppliedIndex())
 }
 
 // errNotFresh answers a client request on a node that could not confirm

@@ -126,7 +126,7 @@ func Start(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Nod
 		return nil, err
 	}
 	n.cache = pebble.NewCache(256 << 20)
-	n.replicas = newReplicaSet(cfg.DatabasesDir(), cfg.Node.Tag, n.cache, storage.NewDocCache(cfg.Storage.DocCacheBytes), busTransport{n}, logger)
+	n.replicas = newReplicaSet(cfg.DatabasesDir(), cfg.Node.Tag, n.cache, storage.NewDocCache(cfg.Storage.DocCacheBytes), cfg.Storage.MemtableBudgetBytes, busTransport{n}, logger)
 	n.replicas.newAgent = func(db string, shard int, s *storage.Store) io.Closer {
 		return agentCloser{a: resharding.NewAgent(reshardCluster{n}, db, shard, s, logger), catchUp: n.startCatchUp(db, shard, s)}
 	}

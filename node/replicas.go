@@ -37,6 +37,10 @@ type replicaSet struct {
 	docs   *storage.DocCache // nil: no document cache
 	logger *slog.Logger
 
+	// memtableBudget is divided among the replicas a reconcile wants (see
+	// memTableSize).
+	memtableBudget int64
+
 	transport replication.Transport
 	// newAgent starts the resharding agent of a newly opened replica.
 	newAgent func(db string, shard int, s *storage.Store) io.Closer
@@ -48,11 +52,32 @@ type replicaSet struct {
 	fences     map[replicaKey]*writeFence
 	purged     map[replicaKey]uint64 // highest ConfirmationIndex whose purge began
 	reconciled uint64                // raft index the set last reconciled to
-	changed    chan struct{}         // closed and replaced at each reconcile
+	// settled is the raft index whose removals and peer changes are done:
+	// only replicas that index adds may still be opening. A node follows
+	// the cluster (freshness) once settled, so opening the many replicas
+	// of a new database does not hold up writes to the others.
+	settled uint64
+	changed chan struct{} // closed and replaced when either index moves
 }
 
-func newReplicaSet(dir, tag string, cache *pebble.Cache, docs *storage.DocCache, transport replication.Transport, logger *slog.Logger) *replicaSet {
-	return &replicaSet{dir: dir, tag: tag, cache: cache, docs: docs, transport: transport, logger: logger,
+// memTableSize is the write buffer of each of n replicas: its share of the
+// node's budget, between 2 MiB and 32 MiB (where bulk loads stop gaining;
+// see storage.PebbleOptions). Pebble reserves about 1.1 times it on disk
+// for each write-ahead log, so a node of hundreds of replicas with 32 MiB
+// each reserved tens of gigabytes for logs of a few bytes. A replica keeps
+// the size it opened with until it opens again.
+func memTableSize(budget int64, n int) uint64 {
+	size := budget / int64(max(n, 1))
+	return uint64(min(max(size, 2<<20), 32<<20))
+}
+
+// openParallel is how many replicas a reconcile opens at once: opening one
+// is mostly file creation and syncs (~55 ms here), and a database of
+// hundreds of shards opened one at a time took seconds.
+const openParallel = 8
+
+func newReplicaSet(dir, tag string, cache *pebble.Cache, docs *storage.DocCache, memtableBudget int64, transport replication.Transport, logger *slog.Logger) *replicaSet {
+	return &replicaSet{dir: dir, tag: tag, cache: cache, docs: docs, memtableBudget: memtableBudget, transport: transport, logger: logger,
 		stores: map[replicaKey]*storage.Store{}, reps: map[replicaKey]*replication.Replicator{}, agents: map[replicaKey]io.Closer{}, fences: map[replicaKey]*writeFence{}, purged: map[replicaKey]uint64{}, changed: make(chan struct{})}
 }
 
@@ -225,6 +250,8 @@ func (rs *replicaSet) reconcile(index uint64, records []*raftfsm.DatabaseRecord)
 			}
 		}
 	}
+	var open []replicaKey
+	marked := map[string]error{}
 	for k, r := range want {
 		if _, rep, ok := rs.getWithReplicator(k.db, k.shard); ok {
 			rep.SetPeers(rs.peersOf(r.Sharding.Shards[k.shard].Members))
@@ -233,40 +260,75 @@ func (rs *replicaSet) reconcile(index uint64, records []*raftfsm.DatabaseRecord)
 		if created, ok := rs.readMarker(k.db); ok && created > index {
 			continue // a later incarnation's data: the replay will get there
 		}
-		if err := rs.writeMarker(r); err != nil {
-			errs = append(errs, err)
-			continue
+		err, done := marked[k.db]
+		if !done {
+			err = rs.writeMarker(r)
+			marked[k.db] = err
+			if err != nil {
+				errs = append(errs, err)
+			}
 		}
-		s, err := storage.Open(storage.Options{Dir: rs.shardDir(k.db, k.shard), NodeTag: rs.tag, Cache: rs.cache, DocCache: rs.docs, Logger: rs.logger})
-		if err != nil {
-			errs = append(errs, err)
-			continue
+		if err == nil {
+			open = append(open, k)
 		}
-		rep := replication.New(s, k.db, k.shard, rs.transport, rs.logger)
-		rep.SetPeers(rs.peersOf(r.Sharding.Shards[k.shard].Members))
-		rs.mu.Lock()
-		rs.stores[k] = s
-		rs.reps[k] = rep
-		// The purge floor lives in memory: after a restart, start it at the
-		// record this replica opened with, so a router holding an older
-		// record (which may predate a purge done before the restart)
-		// refreshes before reading here.
-		rs.purged[k] = max(rs.purged[k], r.Etag)
-		rs.mu.Unlock()
-		if rs.newAgent != nil {
-			ag := rs.newAgent(k.db, k.shard, s)
-			rs.mu.Lock()
-			rs.agents[k] = ag
-			rs.mu.Unlock()
-		}
-		rs.logger.Info("opened shard replica", "db", k.db, "shard", k.shard, "database_id", s.DatabaseID())
 	}
+	rs.mu.Lock()
+	rs.settled = max(rs.settled, index)
+	close(rs.changed)
+	rs.changed = make(chan struct{})
+	rs.mu.Unlock()
+
+	var emu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, openParallel)
+	for _, k := range open {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := rs.open(k, want[k], memTableSize(rs.memtableBudget, len(want))); err != nil {
+				emu.Lock()
+				errs = append(errs, err)
+				emu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
 	rs.mu.Lock()
 	rs.reconciled = index
 	close(rs.changed)
 	rs.changed = make(chan struct{})
 	rs.mu.Unlock()
 	return errors.Join(errs...)
+}
+
+// open opens the replica k of record r, with a write buffer of memTable
+// bytes, and starts its replicator and resharding agent.
+func (rs *replicaSet) open(k replicaKey, r *raftfsm.DatabaseRecord, memTable uint64) error {
+	s, err := storage.Open(storage.Options{Dir: rs.shardDir(k.db, k.shard), NodeTag: rs.tag, Cache: rs.cache, DocCache: rs.docs, MemTableSize: memTable, Logger: rs.logger})
+	if err != nil {
+		return err
+	}
+	rep := replication.New(s, k.db, k.shard, rs.transport, rs.logger)
+	rep.SetPeers(rs.peersOf(r.Sharding.Shards[k.shard].Members))
+	rs.mu.Lock()
+	rs.stores[k] = s
+	rs.reps[k] = rep
+	// The purge floor lives in memory: after a restart, start it at the
+	// record this replica opened with, so a router holding an older
+	// record (which may predate a purge done before the restart)
+	// refreshes before reading here.
+	rs.purged[k] = max(rs.purged[k], r.Etag)
+	rs.mu.Unlock()
+	if rs.newAgent != nil {
+		ag := rs.newAgent(k.db, k.shard, s)
+		rs.mu.Lock()
+		rs.agents[k] = ag
+		rs.mu.Unlock()
+	}
+	rs.logger.Info("opened shard replica", "db", k.db, "shard", k.shard, "database_id", s.DatabaseID())
+	return nil
 }
 
 // readMarker returns the creation index recorded in db's directory.
@@ -297,6 +359,24 @@ func (rs *replicaSet) writeMarker(r *raftfsm.DatabaseRecord) error {
 		return err
 	}
 	return os.Rename(tmp, filepath.Join(dir, markerName))
+}
+
+// waitSettled blocks until the set's removals and peer changes reached at
+// least index (replicas that index adds may still be opening).
+func (rs *replicaSet) waitSettled(ctx context.Context, index uint64) error {
+	for {
+		rs.mu.RLock()
+		done, ch := rs.settled >= index || rs.reconciled >= index, rs.changed
+		rs.mu.RUnlock()
+		if done {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("wait for local replicas to settle at raft index %d: %w", index, ctx.Err())
+		}
+	}
 }
 
 // waitFor blocks until the set reconciled to at least index.
