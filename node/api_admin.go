@@ -20,7 +20,7 @@ func (n *Node) handleHealth(w http.ResponseWriter, r *http.Request) {
 	if leader == "" || !n.ready.Load() || removed || !fresh {
 		status = http.StatusServiceUnavailable
 	}
-	writeJSON(w, status, map[string]any{
+	body := map[string]any{
 		"Status":   http.StatusText(status),
 		"Node":     n.cfg.Node.Tag,
 		"Leader":   leader != "",
@@ -30,7 +30,13 @@ func (n *Node) handleHealth(w http.ResponseWriter, r *http.Request) {
 		"Raft":     n.raft.r.State().String(),
 		"Nats":     n.bus.nc.Status().String(),
 		"UptimeMs": time.Since(n.started).Milliseconds(),
-	})
+	}
+	if failing, last := n.replicas.failures(); failing > 0 {
+		// The node serves its other replicas; these are retried.
+		body["ReplicasFailing"] = failing
+		body["ReplicaError"] = last
+	}
+	writeJSON(w, status, body)
 }
 
 // clusterNode is one entry of GET /cluster.

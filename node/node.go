@@ -258,14 +258,32 @@ func (n *Node) followRecords(ctx context.Context) {
 	ch, stop := n.fsm.Watch()
 	defer stop()
 	index := n.fsm.AppliedIndex()
+	// A replica that failed to open (out of file descriptors, a full
+	// disk) is tried again, 1 s after the failure doubling to 30 s, not
+	// only at the next raft apply, which may never come.
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	defer retry.Stop()
+	backoff := time.Second
 	for {
 		if err := n.replicas.reconcile(index, n.fsm.Records()); err != nil {
-			n.logger.Error("reconcile shard replicas", "err", err)
+			if failing, example := n.replicas.failures(); failing > 0 {
+				n.logger.Error("shard replicas failed to open; will retry", "failing", failing, "example", example, "retry_in", backoff)
+			} else {
+				n.logger.Error("reconcile shard replicas; will retry", "err", err, "retry_in", backoff)
+			}
+			retry.Reset(backoff)
+			backoff = min(2*backoff, 30*time.Second)
+		} else {
+			retry.Stop()
+			backoff = time.Second
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case index = <-ch:
+		case <-retry.C:
+			index = max(index, n.fsm.AppliedIndex())
 		}
 	}
 }

@@ -705,7 +705,11 @@ func (n *Node) local(db string, shard int) (*localReplica, error) {
 		s, rep, ok = n.replicas.getWithReplicator(db, shard)
 	}
 	if !ok {
-		return nil, &apiError{Status: http.StatusServiceUnavailable, Type: "ShardNotOnThisNode", Msg: fmt.Sprintf("node %s holds no open replica of shard %d of %q", n.cfg.Node.Tag, shard, db)}
+		msg := fmt.Sprintf("node %s holds no open replica of shard %d of %q", n.cfg.Node.Tag, shard, db)
+		if e := n.replicas.openError(db, shard); e != "" {
+			msg += "; opening it failed (retried): " + e
+		}
+		return nil, &apiError{Status: http.StatusServiceUnavailable, Type: "ShardNotOnThisNode", Msg: msg}
 	}
 	return &localReplica{n: n, db: db, shard: shard, s: s, rep: rep}, nil
 }

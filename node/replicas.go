@@ -51,6 +51,7 @@ type replicaSet struct {
 	agents     map[replicaKey]io.Closer
 	fences     map[replicaKey]*writeFence
 	purged     map[replicaKey]uint64 // highest ConfirmationIndex whose purge began
+	failed     map[replicaKey]string // why a wanted replica did not open (retried)
 	reconciled uint64                // raft index the set last reconciled to
 	// settled is the raft index whose removals and peer changes are done:
 	// only replicas that index adds may still be opening. A node follows
@@ -78,7 +79,7 @@ const openParallel = 8
 
 func newReplicaSet(dir, tag string, cache *pebble.Cache, docs *storage.DocCache, memtableBudget int64, transport replication.Transport, logger *slog.Logger) *replicaSet {
 	return &replicaSet{dir: dir, tag: tag, cache: cache, docs: docs, memtableBudget: memtableBudget, transport: transport, logger: logger,
-		stores: map[replicaKey]*storage.Store{}, reps: map[replicaKey]*replication.Replicator{}, agents: map[replicaKey]io.Closer{}, fences: map[replicaKey]*writeFence{}, purged: map[replicaKey]uint64{}, changed: make(chan struct{})}
+		stores: map[replicaKey]*storage.Store{}, reps: map[replicaKey]*replication.Replicator{}, agents: map[replicaKey]io.Closer{}, fences: map[replicaKey]*writeFence{}, purged: map[replicaKey]uint64{}, failed: map[replicaKey]string{}, changed: make(chan struct{})}
 }
 
 // fence returns the fence that client writes to a replica are inside from
@@ -273,6 +274,11 @@ func (rs *replicaSet) reconcile(index uint64, records []*raftfsm.DatabaseRecord)
 		}
 	}
 	rs.mu.Lock()
+	for k := range rs.failed {
+		if _, ok := want[k]; !ok {
+			delete(rs.failed, k) // no longer wanted: nothing to open
+		}
+	}
 	rs.settled = max(rs.settled, index)
 	close(rs.changed)
 	rs.changed = make(chan struct{})
@@ -287,9 +293,17 @@ func (rs *replicaSet) reconcile(index uint64, records []*raftfsm.DatabaseRecord)
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			if err := rs.open(k, want[k], memTableSize(rs.memtableBudget, len(want))); err != nil {
+			err := rs.open(k, want[k], memTableSize(rs.memtableBudget, len(want)))
+			rs.mu.Lock()
+			if err != nil {
+				rs.failed[k] = err.Error()
+			} else {
+				delete(rs.failed, k)
+			}
+			rs.mu.Unlock()
+			if err != nil {
 				emu.Lock()
-				errs = append(errs, err)
+				errs = append(errs, fmt.Errorf("open %s$%d: %w", k.db, k.shard, err))
 				emu.Unlock()
 			}
 		}()
@@ -359,6 +373,26 @@ func (rs *replicaSet) writeMarker(r *raftfsm.DatabaseRecord) error {
 		return err
 	}
 	return os.Rename(tmp, filepath.Join(dir, markerName))
+}
+
+// failures returns how many wanted replicas failed to open at the last
+// attempt, and one of the errors.
+func (rs *replicaSet) failures() (int, string) {
+	rs.mu.RLock()
+	defer rs.mu.RUnlock()
+	last := ""
+	for k, e := range rs.failed {
+		last = fmt.Sprintf("%s$%d: %s", k.db, k.shard, e)
+		break
+	}
+	return len(rs.failed), last
+}
+
+// openError is why replica db$shard failed to open, if it did.
+func (rs *replicaSet) openError(db string, shard int) string {
+	rs.mu.RLock()
+	defer rs.mu.RUnlock()
+	return rs.failed[replicaKey{db, shard}]
 }
 
 // waitSettled blocks until the set's removals and peer changes reached at

@@ -4,11 +4,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -103,4 +105,66 @@ func TestCreatingAManyShardDatabaseDoesNotStallOthers(t *testing.T) {
 		t.Fatalf("256 shards of a few small documents take %d MiB on disk, more than %d MiB", disk>>20, limit>>20)
 	}
 	t.Logf("256 shards of a few small documents take %d MiB on disk", disk>>20)
+}
+
+// TestReplicaThatFailedToOpenIsRetried: out of file descriptors, some
+// replicas of a new database do not open; /healthz names the failure, a
+// write to such a shard says why it cannot be served, and once descriptors
+// are free again the node opens them without waiting for a raft apply.
+func TestReplicaThatFailedToOpenIsRetried(t *testing.T) {
+	n := testNode(t, t.TempDir())
+	c := client{t, n.HTTPURL()}
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		t.Skip(err)
+	}
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skip(err)
+	}
+	// Room for the client's connections and ~3 replicas, not 40.
+	tight := lim
+	tight.Cur = uint64(len(fds) + 40)
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &tight); err != nil {
+		t.Skip(err)
+	}
+	restored := false
+	restore := func() {
+		if !restored {
+			restored = true
+			if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	defer restore()
+	c.must(201, "PUT", "/admin/databases/many", `{"Shards": 40}`)
+	failing, example := n.replicas.failures() // no descriptor needed
+	rec := httptest.NewRecorder()
+	n.handleHealth(rec, httptest.NewRequest("GET", "/healthz", nil))
+	restore()
+	if !strings.Contains(rec.Body.String(), `"ReplicasFailing"`) {
+		t.Errorf("/healthz does not name the failing replicas: %s", rec.Body)
+	}
+	if failing == 0 {
+		t.Fatalf("with %d descriptors, 40 replicas opened", tight.Cur)
+	}
+	t.Logf("%v replicas failed to open: %v", failing, example)
+	// /healthz names the failure until the retry (1 s later) opens them.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		h := c.do("GET", "/healthz", "").json(t)
+		if h["ReplicasFailing"] == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replicas still failing 20 s after descriptors were freed: %v", h)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	var cmds []string
+	for i := 0; i < 400; i++ {
+		cmds = append(cmds, fmt.Sprintf(`{"Type":"PUT","Id":"x/%d","Document":{}}`, i))
+	}
+	c.must(201, "POST", "/databases/many/bulk_docs", `{"Commands":[`+strings.Join(cmds, ",")+`]}`)
 }

@@ -148,7 +148,7 @@ func Open(opts Options) (*Store, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	db, err := pebble.Open(opts.Dir, pebbleOptions(opts, logger))
+	db, err := openPebble(opts.Dir, pebbleOptions(opts, logger))
 	if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", opts.Dir, err)
 	}
@@ -264,6 +264,20 @@ func separateBodiesOnly(start []byte) (pebble.SpanPolicy, []byte, error) {
 	default:
 		return inPlace, nil, nil
 	}
+}
+
+// openPebble is pebble.Open with a panic during the open (a Fatalf: out of
+// file descriptors, Pebble could not set its MANIFEST marker) returned as
+// an error. Pebble's Open releases what it took before it re-panics, and a
+// replica that fails to open is retried while the node serves the others;
+// the panic took the whole node down.
+func openPebble(dir string, o *pebble.Options) (db *pebble.DB, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			db, err = nil, fmt.Errorf("pebble failed while opening: %v", r)
+		}
+	}()
+	return pebble.Open(dir, o)
 }
 
 // pebbleLogger routes Pebble's log lines to slog.
