@@ -65,6 +65,7 @@ type Node struct {
 	incarnation string
 	catchUps    catchUps    // replicas behind their peers, skipped by routed requests
 	ready       atomic.Bool // Start finished: the node serves its databases
+	readyCh     chan struct{} // closed when Start finished
 	removed     atomic.Bool // raft's configuration no longer lists this node
 	// removedForGood: the leader refused this node's registration, or a
 	// member said the cluster no longer lists it; unlike removed, raft's
@@ -106,7 +107,7 @@ func Start(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Nod
 		logger = slog.New(slog.DiscardHandler)
 	}
 	logger = logger.With("node", cfg.Node.Tag)
-	n := &Node{cfg: cfg, logger: logger, fsm: raftfsm.New(), started: time.Now(), incarnation: strconv.FormatUint(rand.Uint64(), 36), health: newHealth(cfg.Node.Tag), reroutes: newReroutes(), rpcHandlers: map[string]rpcHandler{}, regKick: make(chan struct{}, 1), refused: make(chan struct{}), fresh: newFreshness()}
+	n := &Node{cfg: cfg, logger: logger, fsm: raftfsm.New(), started: time.Now(), incarnation: strconv.FormatUint(rand.Uint64(), 36), health: newHealth(cfg.Node.Tag), reroutes: newReroutes(), rpcHandlers: map[string]rpcHandler{}, regKick: make(chan struct{}, 1), refused: make(chan struct{}), fresh: newFreshness(), readyCh: make(chan struct{})}
 	runCtx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
 	n.runCtx = runCtx
@@ -185,6 +186,7 @@ func Start(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Nod
 	}
 	n.fresh.confirm(caughtUpAsked)
 	n.ready.Store(true)
+	close(n.readyCh)
 	logger.Info("node started", "http", n.HTTPAddr(), "raft", n.raft.transport.LocalAddr(), "nats", n.bus.clientURL())
 	return n, nil
 }

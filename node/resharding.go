@@ -91,6 +91,15 @@ func (c reshardCluster) Failpoint(ctx context.Context, name string) {
 	}
 }
 
+func (c reshardCluster) WaitReady(ctx context.Context) error {
+	select {
+	case <-c.n.readyCh:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 func (c reshardCluster) MigratorInterval() time.Duration {
 	return time.Duration(c.n.cfg.Resharding.MigratorIntervalMs) * time.Millisecond
 }

@@ -64,6 +64,13 @@ func (a *Agent) Close() {
 func (a *Agent) run(ctx context.Context) {
 	defer close(a.done)
 	defer a.wg.Wait()
+	// During a restart's log replay the records are those of the past: a
+	// sweep found "leftovers" in a bucket its shard had owned again for
+	// long, and a cleanup could purge by a migration the log later shows
+	// finished. The agent starts once the node caught up.
+	if err := a.c.WaitReady(ctx); err != nil {
+		return
+	}
 	ch, stop := a.c.Watch()
 	defer stop()
 	sweep := time.NewTimer(0)

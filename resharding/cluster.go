@@ -44,6 +44,11 @@ type Cluster interface {
 	// Failpoint pauses at a named step when a fault test configured it
 	// (debug.failpoints); otherwise it returns at once.
 	Failpoint(ctx context.Context, name string)
+	// WaitReady returns once the node has replayed the raft log and caught
+	// up with the cluster (or ctx ends): agents act on the records of the
+	// present, not on those of a replay, where a bucket's owner and a
+	// migration's step can be long out of date.
+	WaitReady(ctx context.Context) error
 	// MigratorInterval is the documents migrator's sweep interval.
 	MigratorInterval() time.Duration
 	// RangeStats returns the bucket statistics of db's shard in [from, to]
