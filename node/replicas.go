@@ -398,26 +398,19 @@ func (rs *replicaSet) openError(db string, shard int) string {
 // waitSettled blocks until the set's removals and peer changes reached at
 // least index (replicas that index adds may still be opening).
 func (rs *replicaSet) waitSettled(ctx context.Context, index uint64) error {
-	for {
-		rs.mu.RLock()
-		done, ch := rs.settled >= index || rs.reconciled >= index, rs.changed
-		rs.mu.RUnlock()
-		if done {
-			return nil
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return fmt.Errorf("wait for local replicas to settle at raft index %d: %w", index, ctx.Err())
-		}
-	}
+	return rs.wait(ctx, index, true)
 }
 
 // waitFor blocks until the set reconciled to at least index.
 func (rs *replicaSet) waitFor(ctx context.Context, index uint64) error {
+	return rs.wait(ctx, index, false)
+}
+
+func (rs *replicaSet) wait(ctx context.Context, index uint64, settledEnough bool) error {
 	for {
 		rs.mu.RLock()
-		done, ch := rs.reconciled >= index, rs.changed
+		done := rs.reconciled >= index || (settledEnough && rs.settled >= index)
+		ch := rs.changed
 		rs.mu.RUnlock()
 		if done {
 			return nil

@@ -99,12 +99,10 @@ func TestRequestIDMakesRetriesIdempotent(t *testing.T) {
 	}
 }
 
-func TestSnapshotRestoreIsIdentical(t *testing.T) {
-	f := threeNodes(t)
-	mustApply(t, f, 4, &CreateDatabase{Meta: Meta{RequestID: "r", At: t0}, Name: "orders", Shards: 3, ReplicationFactor: 2})
-	mustApply(t, f, 5, &CreateDatabase{Name: "users", Shards: 5, ReplicationFactor: 3})
-	mustApply(t, f, 6, &DeleteDatabase{Name: "users"})
-	mustApply(t, f, 7, &CreateDatabase{Name: "logs", Shards: 1, ReplicationFactor: 1})
+// snapshotRoundTrip persists a snapshot of f and restores it into a new
+// state machine.
+func snapshotRoundTrip(t *testing.T, f *FSM) *FSM {
+	t.Helper()
 	snap, err := f.Snapshot()
 	if err != nil {
 		t.Fatal(err)
@@ -117,6 +115,16 @@ func TestSnapshotRestoreIsIdentical(t *testing.T) {
 	if err := g.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))); err != nil {
 		t.Fatal(err)
 	}
+	return g
+}
+
+func TestSnapshotRestoreIsIdentical(t *testing.T) {
+	f := threeNodes(t)
+	mustApply(t, f, 4, &CreateDatabase{Meta: Meta{RequestID: "r", At: t0}, Name: "orders", Shards: 3, ReplicationFactor: 2})
+	mustApply(t, f, 5, &CreateDatabase{Name: "users", Shards: 5, ReplicationFactor: 3})
+	mustApply(t, f, 6, &DeleteDatabase{Name: "users"})
+	mustApply(t, f, 7, &CreateDatabase{Name: "logs", Shards: 1, ReplicationFactor: 1})
+	g := snapshotRoundTrip(t, f)
 	a, _ := f.StateJSON()
 	b, _ := g.StateJSON()
 	if !bytes.Equal(a, b) {

@@ -1,9 +1,7 @@
 package raftfsm
 
 import (
-	"bytes"
 	"errors"
-	"io"
 	"testing"
 )
 
@@ -158,19 +156,7 @@ func TestFinalPassIsRecordedOnceAfterTheFlip(t *testing.T) {
 	if rec.Sharding.BucketMigrations[b].FinalPass.SentThrough["x"] != 9 {
 		t.Fatal("a clone shares the final pass")
 	}
-	snap, err := f.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sink := &memSink{}
-	if err := snap.Persist(sink); err != nil {
-		t.Fatal(err)
-	}
-	g := New()
-	if err := g.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))); err != nil {
-		t.Fatal(err)
-	}
-	if r, _ := g.Record("db"); r.Sharding.BucketMigrations[b].FinalPass == nil {
+	if r, _ := snapshotRoundTrip(t, f).Record("db"); r.Sharding.BucketMigrations[b].FinalPass == nil {
 		t.Fatal("the final pass did not survive a snapshot")
 	}
 }
