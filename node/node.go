@@ -63,10 +63,10 @@ type Node struct {
 	// incarnation is random and new at every start; heartbeats carry it so
 	// peers notice a restart that was faster than their down detection.
 	incarnation string
-	catchUps    catchUps    // replicas behind their peers, skipped by routed requests
-	ready       atomic.Bool // Start finished: the node serves its databases
+	catchUps    catchUps      // replicas behind their peers, skipped by routed requests
+	ready       atomic.Bool   // Start finished: the node serves its databases
 	readyCh     chan struct{} // closed when Start finished
-	removed     atomic.Bool // raft's configuration no longer lists this node
+	removed     atomic.Bool   // raft's configuration no longer lists this node
 	// removedForGood: the leader refused this node's registration, or a
 	// member said the cluster no longer lists it; unlike removed, raft's
 	// (possibly stale) configuration cannot clear it.
