@@ -28,7 +28,13 @@ type Driver struct {
 	// source (readable through the database only once moved). The next
 	// step of that source moves any such leftovers first.
 	racers map[queueKey][]raftfsm.BucketSpan
+	// running holds the operations this driver saw running, to log their
+	// end once (on the leader, which drives them).
+	running map[opKey]bool
 }
+
+// opKey names an operation of a database.
+type opKey struct{ db, id string }
 
 type queueKey struct {
 	op    string
@@ -44,7 +50,7 @@ func NewDriver(c Cluster, dbs func() []string, logger *slog.Logger) *Driver {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	d := &Driver{c: c, dbs: dbs, logger: logger.With("component", "resharding-driver"), cancel: cancel, done: make(chan struct{}), queued: map[queueKey][]uint32{}, racers: map[queueKey][]raftfsm.BucketSpan{}}
+	d := &Driver{c: c, dbs: dbs, logger: logger.With("component", "resharding-driver"), cancel: cancel, done: make(chan struct{}), queued: map[queueKey][]uint32{}, racers: map[queueKey][]raftfsm.BucketSpan{}, running: map[opKey]bool{}}
 	go d.run(ctx)
 	return d
 }
@@ -87,12 +93,23 @@ func (d *Driver) run(ctx context.Context) {
 func (d *Driver) step(ctx context.Context, db string) error {
 	rec := d.c.Record(db)
 	if rec == nil {
+		for k := range d.running {
+			if k.db == db {
+				delete(d.running, k) // the database is gone
+			}
+		}
 		return nil
 	}
 	ops := make([]*raftfsm.ReshardingOperation, 0, len(rec.Sharding.Resharding))
 	for _, op := range rec.Sharding.Resharding {
 		if op.Status == raftfsm.OperationRunning {
 			ops = append(ops, op)
+			d.running[opKey{db, op.ID}] = true
+		} else if d.running[opKey{db, op.ID}] {
+			delete(d.running, opKey{db, op.ID})
+			d.logger.Info("resharding operation ended", "db", db, "operation", op.ID, "status", op.Status,
+				"buckets_done", op.BucketsDone, "buckets_total", op.BucketsTotal, "buckets_with_data", op.BucketsMigrated,
+				"documents", op.DocumentsMoved, "bytes", op.BytesMoved, "duration", op.EndedAt.Sub(op.StartedAt).Round(time.Millisecond))
 		}
 	}
 	sort.Slice(ops, func(i, j int) bool { return ops[i].StartIndex < ops[j].StartIndex })
