@@ -275,11 +275,19 @@ func applyCreateDatabase(s *State, index uint64, c *CreateDatabase) (any, error)
 		},
 	}
 	// Shard i starts at node i (mod N) so shards and their first members,
-	// which serve requests by default, spread evenly.
+	// which serve requests by default, spread evenly; offset by the shards
+	// of the databases already there, so that databases of one shard do
+	// not all land on the first node (an explorer's 100 small databases
+	// put 133, 167 and 100 replicas on three nodes, every one-shard
+	// database of one replica on A).
+	placed := 0
+	for _, r := range s.Databases {
+		placed += len(r.Sharding.Shards)
+	}
 	for i := 0; i < c.Shards; i++ {
 		members := make([]string, 0, c.ReplicationFactor)
 		for j := 0; j < c.ReplicationFactor; j++ {
-			members = append(members, tags[(i+j)%len(tags)])
+			members = append(members, tags[(placed+i+j)%len(tags)])
 		}
 		rec.Sharding.Shards[i] = &ShardTopology{Members: members}
 	}

@@ -3,6 +3,7 @@ package raftfsm
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"testing"
 	"time"
@@ -170,3 +171,23 @@ type memSink struct{ bytes.Buffer }
 func (m *memSink) ID() string    { return "mem" }
 func (m *memSink) Cancel() error { return nil }
 func (m *memSink) Close() error  { return nil }
+
+// TestDatabasesSpreadOverTheNodes: each database's shards start where the
+// previous databases' left off, so small databases do not all put their
+// first replica on the first node.
+func TestDatabasesSpreadOverTheNodes(t *testing.T) {
+	f := threeNodes(t)
+	first := map[string]int{}
+	for i := range 30 {
+		rec := mustApply(t, f, uint64(10+i), &CreateDatabase{Name: fmt.Sprintf("d%d", i), Shards: 1 + i%2, ReplicationFactor: 1}).Value.(*DatabaseRecord)
+		for _, sh := range rec.Sharding.Shards {
+			first[sh.Members[0]]++
+		}
+	}
+	// 45 shards over 3 nodes.
+	for _, tag := range []string{"A", "B", "C"} {
+		if first[tag] != 15 {
+			t.Fatalf("shards per node %v, want 15 each", first)
+		}
+	}
+}
