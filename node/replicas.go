@@ -218,8 +218,9 @@ func (rs *replicaSet) reconcile(index uint64, records []*raftfsm.DatabaseRecord)
 		if err := os.RemoveAll(rs.shardDir(k.db, k.shard)); err != nil {
 			errs = append(errs, err)
 		}
-		rs.logger.Info("dropped shard replica", "db", k.db, "shard", k.shard)
+		rs.logger.Debug("dropped shard replica", "db", k.db, "shard", k.shard)
 	}
+	logByDB(rs.logger, "dropped shard replicas", gone)
 	// Remove what no record asks for (databases deleted while we were down).
 	// A directory created at a raft index beyond the one being reconciled
 	// belongs to the future of a log still replaying: keep it.
@@ -309,6 +310,15 @@ func (rs *replicaSet) reconcile(index uint64, records []*raftfsm.DatabaseRecord)
 		}()
 	}
 	wg.Wait()
+	opened := map[replicaKey]bool{}
+	rs.mu.RLock()
+	for _, k := range open {
+		if _, ok := rs.stores[k]; ok {
+			opened[k] = true
+		}
+	}
+	rs.mu.RUnlock()
+	logByDB(rs.logger, "opened shard replicas", opened)
 	rs.mu.Lock()
 	rs.reconciled = index
 	close(rs.changed)
@@ -341,8 +351,42 @@ func (rs *replicaSet) open(k replicaKey, r *raftfsm.DatabaseRecord, memTable uin
 		rs.agents[k] = ag
 		rs.mu.Unlock()
 	}
-	rs.logger.Info("opened shard replica", "db", k.db, "shard", k.shard, "database_id", s.DatabaseID())
+	rs.logger.Debug("opened shard replica", "db", k.db, "shard", k.shard, "database_id", s.DatabaseID())
 	return nil
+}
+
+// logByDB logs msg once per database of keys, with its shards: a database
+// of a thousand shards took a thousand lines.
+func logByDB[V any](logger *slog.Logger, msg string, keys map[replicaKey]V) {
+	byDB := map[string][]int{}
+	for k := range keys {
+		byDB[k.db] = append(byDB[k.db], k.shard)
+	}
+	for db, shards := range byDB {
+		slices.Sort(shards)
+		logger.Info(msg, "db", db, "count", len(shards), "shards", shardList(shards))
+	}
+}
+
+// shardList writes sorted shard numbers as ranges: "0-3,7".
+func shardList(shards []int) string {
+	var b strings.Builder
+	for i := 0; i < len(shards); {
+		j := i
+		for j+1 < len(shards) && shards[j+1] == shards[j]+1 {
+			j++
+		}
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.Itoa(shards[i]))
+		if j > i {
+			b.WriteByte('-')
+			b.WriteString(strconv.Itoa(shards[j]))
+		}
+		i = j + 1
+	}
+	return b.String()
 }
 
 // readMarker returns the creation index recorded in db's directory.

@@ -168,3 +168,19 @@ func TestReplicaThatFailedToOpenIsRetried(t *testing.T) {
 	}
 	c.must(201, "POST", "/databases/many/bulk_docs", `{"Commands":[`+strings.Join(cmds, ",")+`]}`)
 }
+
+func TestShardListWritesRanges(t *testing.T) {
+	for in, want := range map[string]string{"": "", "0": "0", "0,1,2,3,7": "0-3,7", "1,3,4,9,10,11": "1,3-4,9-11"} {
+		var shards []int
+		for _, f := range strings.Split(in, ",") {
+			if f != "" {
+				var v int
+				fmt.Sscan(f, &v)
+				shards = append(shards, v)
+			}
+		}
+		if got := shardList(shards); got != want {
+			t.Errorf("shardList(%v) = %q, want %q", shards, got, want)
+		}
+	}
+}
