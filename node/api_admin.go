@@ -133,7 +133,7 @@ func (n *Node) handleCreateDatabase(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	cmd := &raftfsm.CreateDatabase{Meta: raftfsm.Meta{RequestID: r.Header.Get("Request-Id"), At: time.Now().UTC()}, Name: name,
-		DatabaseID: changevector.NewDatabaseID(), Shards: req.Shards, ReplicationFactor: req.ReplicationFactor, Candidates: n.upNodes()}
+		DatabaseID: changevector.NewDatabaseID(), Shards: req.Shards, ReplicationFactor: req.ReplicationFactor, Candidates: n.upNodes(), Spread: true}
 	if err := raftfsm.ValidateCreate(cmd); err != nil {
 		writeError(w, err)
 		return

@@ -211,7 +211,7 @@ func (n *Node) handleStartResharding(w http.ResponseWriter, r *http.Request) {
 		id = operationIDFor(t.rec.DatabaseName, rid)
 	}
 	cmd := &raftfsm.StartResharding{Meta: raftfsm.Meta{At: time.Now().UTC(), RequestID: r.Header.Get("Request-Id")}, Database: t.rec.DatabaseName,
-		OperationID: id, FromBucket: *req.FromBucket, ToBucket: *req.ToBucket, ToShard: *req.ToShard}
+		OperationID: id, FromBucket: *req.FromBucket, ToBucket: *req.ToBucket, ToShard: *req.ToShard, AwaitsRange: true}
 	if _, err := n.proposeIndex(r.Context(), cmd); err != nil {
 		writeError(w, err)
 		return
@@ -381,7 +381,7 @@ func (n *Node) handleAddShard(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	if err := n.propose(r.Context(), &raftfsm.AddShard{Meta: raftfsm.Meta{At: time.Now().UTC(), RequestID: r.Header.Get("Request-Id")}, Database: t.rec.DatabaseName, Members: req.Members}); err != nil {
+	if err := n.propose(r.Context(), &raftfsm.AddShard{Meta: raftfsm.Meta{At: time.Now().UTC(), RequestID: r.Header.Get("Request-Id")}, Database: t.rec.DatabaseName, Members: req.Members, TrackIndex: true}); err != nil {
 		writeError(w, err)
 		return
 	}

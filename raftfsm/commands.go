@@ -105,6 +105,11 @@ type CreateDatabase struct {
 	// Candidates, when set, are the nodes the proposer saw up: shards go
 	// to them only (apply cannot look at health; the proposer can).
 	Candidates []string `json:"Candidates,omitempty"`
+	// Spread starts the placement after the shards of the databases
+	// already there. Set by proposers of this version; entries written
+	// before it replay as they first applied (every node must compute the
+	// same record from the same log).
+	Spread bool `json:"Spread,omitempty"`
 }
 
 // Type implements Command.
@@ -282,7 +287,9 @@ func applyCreateDatabase(s *State, index uint64, c *CreateDatabase) (any, error)
 	// database of one replica on A).
 	placed := 0
 	for _, r := range s.Databases {
-		placed += len(r.Sharding.Shards)
+		if c.Spread {
+			placed += len(r.Sharding.Shards)
+		}
 	}
 	for i := 0; i < c.Shards; i++ {
 		members := make([]string, 0, c.ReplicationFactor)

@@ -179,7 +179,7 @@ func TestDatabasesSpreadOverTheNodes(t *testing.T) {
 	f := threeNodes(t)
 	first := map[string]int{}
 	for i := range 30 {
-		rec := mustApply(t, f, uint64(10+i), &CreateDatabase{Name: fmt.Sprintf("d%d", i), Shards: 1 + i%2, ReplicationFactor: 1}).Value.(*DatabaseRecord)
+		rec := mustApply(t, f, uint64(10+i), &CreateDatabase{Name: fmt.Sprintf("d%d", i), Shards: 1 + i%2, ReplicationFactor: 1, Spread: true}).Value.(*DatabaseRecord)
 		for _, sh := range rec.Sharding.Shards {
 			first[sh.Members[0]]++
 		}
@@ -189,5 +189,10 @@ func TestDatabasesSpreadOverTheNodes(t *testing.T) {
 		if first[tag] != 15 {
 			t.Fatalf("shards per node %v, want 15 each", first)
 		}
+	}
+	// A log entry written before Spread replays as it first applied.
+	old := mustApply(t, f, 100, &CreateDatabase{Name: "old", Shards: 1, ReplicationFactor: 1}).Value.(*DatabaseRecord)
+	if m := old.Sharding.Shards[0].Members; m[0] != "A" {
+		t.Fatalf("a create without Spread placed shard 0 on %v, want A as before", m)
 	}
 }

@@ -151,6 +151,8 @@ type StartResharding struct {
 	FromBucket  uint32 `json:"FromBucket"`
 	ToBucket    uint32 `json:"ToBucket"`
 	ToShard     int    `json:"ToShard"`
+	// AwaitsRange sets ReshardingOperation.AwaitsRange.
+	AwaitsRange bool `json:"AwaitsRange,omitempty"`
 }
 
 // Type implements Command.
@@ -161,6 +163,9 @@ type AddShard struct {
 	Meta
 	Database string   `json:"Database"`
 	Members  []string `json:"Members"`
+	// TrackIndex records the raft index in the shard's AddedIndex (set by
+	// proposers of this version, so older entries replay unchanged).
+	TrackIndex bool `json:"TrackIndex,omitempty"`
 }
 
 // Type implements Command.
@@ -485,12 +490,12 @@ func applyStartResharding(s *State, index uint64, c *StartResharding) (any, erro
 			}
 		}
 		op := &ReshardingOperation{ID: c.OperationID, FromBucket: c.FromBucket, ToBucket: c.ToBucket, ToShard: c.ToShard,
-			Status: OperationRunning, StartedAt: c.At, StartIndex: index}
+			Status: OperationRunning, StartedAt: c.At, StartIndex: index, AwaitsRange: c.AwaitsRange}
 		op.BucketsTotal = int64(c.ToBucket-c.FromBucket) + 1 - r.bucketsOwnedIn(c.ToShard, c.FromBucket, c.ToBucket)
 		// A bucket on its way from the target elsewhere (a cancelled
 		// operation's last migration) has to come back: it counts.
 		for _, m := range r.Sharding.BucketMigrations {
-			if m.Bucket >= c.FromBucket && m.Bucket <= c.ToBucket && m.SourceShard == c.ToShard && m.DestinationShard != c.ToShard {
+			if c.AwaitsRange && m.Bucket >= c.FromBucket && m.Bucket <= c.ToBucket && m.SourceShard == c.ToShard && m.DestinationShard != c.ToShard {
 				op.BucketsTotal++
 			}
 		}
@@ -525,7 +530,7 @@ func (r *DatabaseRecord) finishOperations(at time.Time) {
 		}
 		busy := false
 		for _, m := range r.Sharding.BucketMigrations {
-			leaving := m.Bucket >= op.FromBucket && m.Bucket <= op.ToBucket && m.DestinationShard != op.ToShard
+			leaving := op.AwaitsRange && m.Bucket >= op.FromBucket && m.Bucket <= op.ToBucket && m.DestinationShard != op.ToShard
 			busy = busy || m.OperationID == op.ID || leaving
 		}
 		if !busy {
@@ -574,7 +579,10 @@ func applyAddShard(s *State, index uint64, c *AddShard) (any, error) {
 		for n := range r.Sharding.Shards {
 			next = max(next, n+1)
 		}
-		r.Sharding.Shards[next] = &ShardTopology{Members: slices.Clone(c.Members), AddedIndex: index}
+		r.Sharding.Shards[next] = &ShardTopology{Members: slices.Clone(c.Members)}
+		if c.TrackIndex {
+			r.Sharding.Shards[next].AddedIndex = index
+		}
 		return next, nil
 	})
 }

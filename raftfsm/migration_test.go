@@ -219,10 +219,10 @@ func TestCancelResharding(t *testing.T) {
 // bucket and completes only once it brought it back.
 func TestOperationBackOverACancelledOnesBucketInFlight(t *testing.T) {
 	f := migrationFixture(t)
-	mustApply(t, f, 5, &StartResharding{Database: "db", OperationID: "there", FromBucket: 0, ToBucket: 20, ToShard: 1})
+	mustApply(t, f, 5, &StartResharding{Database: "db", OperationID: "there", FromBucket: 0, ToBucket: 20, ToShard: 1, AwaitsRange: true})
 	mustApply(t, f, 6, &StartBucketMigration{Database: "db", Bucket: 3, SourceShard: 0, DestinationShard: 1, OperationID: "there"})
 	mustApply(t, f, 7, &CancelResharding{Database: "db", OperationID: "there"})
-	back := mustApply(t, f, 8, &StartResharding{Database: "db", OperationID: "back", FromBucket: 0, ToBucket: 20, ToShard: 0}).Value.(*ReshardingOperation)
+	back := mustApply(t, f, 8, &StartResharding{Database: "db", OperationID: "back", FromBucket: 0, ToBucket: 20, ToShard: 0, AwaitsRange: true}).Value.(*ReshardingOperation)
 	if back.Status != OperationRunning || back.BucketsTotal != 1 {
 		t.Fatalf("operation back while bucket 3 leaves shard 0: %+v", back)
 	}
@@ -244,5 +244,15 @@ func TestOperationBackOverACancelledOnesBucketInFlight(t *testing.T) {
 	rec, _ = f.Record("db")
 	if op := rec.Sharding.Resharding["back"]; rec.ShardOf(3) != 0 || op.Status != OperationCompleted || op.BucketsDone != op.BucketsTotal {
 		t.Fatalf("bucket 3 on shard %d, operation back %+v", rec.ShardOf(3), op)
+	}
+
+	// A StartResharding logged before AwaitsRange replays as it first
+	// applied: completed at once.
+	g := migrationFixture(t)
+	mustApply(t, g, 5, &StartResharding{Database: "db", OperationID: "there", FromBucket: 0, ToBucket: 20, ToShard: 1})
+	mustApply(t, g, 6, &StartBucketMigration{Database: "db", Bucket: 3, SourceShard: 0, DestinationShard: 1, OperationID: "there"})
+	mustApply(t, g, 7, &CancelResharding{Database: "db", OperationID: "there"})
+	if op := mustApply(t, g, 8, &StartResharding{Database: "db", OperationID: "back", FromBucket: 0, ToBucket: 20, ToShard: 0}).Value.(*ReshardingOperation); op.Status != OperationCompleted {
+		t.Fatalf("an operation logged without AwaitsRange: %+v", op)
 	}
 }

@@ -78,7 +78,8 @@ type ShardTopology struct {
 	// Members are node tags, in preference order.
 	Members []string `json:"Members"`
 	// AddedIndex is the raft index of the AddShard that added the shard
-	// (0 for the shards the database was created with).
+	// (0 for the shards the database was created with, and for shards
+	// added by commands older than the field).
 	AddedIndex uint64 `json:"AddedIndex,omitempty"`
 }
 
@@ -180,6 +181,11 @@ type ReshardingOperation struct {
 	EndedAt         time.Time `json:"EndedAt,omitzero"`
 	StartIndex      uint64    `json:"StartIndex"`
 	Errors          []string  `json:"Errors,omitempty"`
+	// AwaitsRange: the operation counts, and completes only after, the
+	// buckets of its range that were migrating elsewhere when it started
+	// (set by StartResharding commands of this version; operations of
+	// older log entries keep the rule they were applied with).
+	AwaitsRange bool `json:"AwaitsRange,omitempty"`
 }
 
 // ShardOf returns the shard that owns bucket b.
