@@ -139,11 +139,7 @@ func (a *Agent) reconcile(ctx context.Context, rec *raftfsm.DatabaseRecord) bool
 		_, running := a.tasks[taskKey{"send", m.Bucket, m.MigrationIndex}]
 		return running
 	}
-	sentFinal := func(m *raftfsm.BucketMigration) bool {
-		a.mu.Lock()
-		defer a.mu.Unlock()
-		return a.finished[taskKey{"send", m.Bucket, m.MigrationIndex}]
-	}
+	sentFinal := func(m *raftfsm.BucketMigration) bool { return a.sentHere(*m) }
 	for _, m := range rec.Sharding.BucketMigrations {
 		switch {
 		case m.SourceShard == a.shard && m.IsActive():
@@ -590,13 +586,21 @@ func (a *Agent) cleanup(ctx context.Context, m raftfsm.BucketMigration) error {
 // still is when the sender runs an older version).
 const finalPassWait = 30 * time.Second
 
+// sentHere reports whether this agent's send task of m finished, its last
+// pass made (and recorded if it sent anything new).
+func (a *Agent) sentHere(m raftfsm.BucketMigration) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.finished[taskKey{"send", m.Bucket, m.MigrationIndex}]
+}
+
 // awaitFinalPass returns m as the record holds it once the sender's last
 // pass is recorded and, on a replica other than the sender's, once this
 // replica applied the sender's feed through that pass (so nothing of it
 // arrives by replication after the purge, live and never purged), or when
-// the sender's node is down; at once on the sender, and once the sender's
-// cleanup is recorded without a last pass (it sent nothing new); or after
-// finalPassWait.
+// the sender's node is down; at once on the sender once its send task
+// finished, and once the sender's cleanup is recorded without a last pass
+// (it sent nothing new); or after finalPassWait.
 func (a *Agent) awaitFinalPass(ctx context.Context, m raftfsm.BucketMigration) (raftfsm.BucketMigration, error) {
 	ch, stop := a.c.Watch()
 	defer stop()
@@ -610,8 +614,12 @@ func (a *Agent) awaitFinalPass(ctx context.Context, m raftfsm.BucketMigration) (
 				m = *cur
 			}
 		}
-		if m.FinalPass == nil && (m.SentBy == a.s.DatabaseID() || (m.SentByNode != "" && slices.Contains(m.ConfirmedSourceCleanup, m.SentByNode))) {
-			return m, nil // the sender's last pass sent nothing new
+		// The sender's last pass sent nothing new: this replica's own send
+		// task said so when it finished (a sender restarted since then
+		// does not know, and waits for its replacement pass), or the
+		// sender's cleanup is recorded without a pass.
+		if m.FinalPass == nil && ((m.SentBy == a.s.DatabaseID() && a.sentHere(m)) || (m.SentByNode != "" && slices.Contains(m.ConfirmedSourceCleanup, m.SentByNode))) {
+			return m, nil
 		}
 		if p := m.FinalPass; p != nil {
 			if p.SentBy == a.s.DatabaseID() || !a.c.Up(p.Node) {
