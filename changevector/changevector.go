@@ -407,6 +407,26 @@ func (v Vector) Covers(o Vector) bool {
 	return true
 }
 
+// Absorbs reports whether merging o into v gives v exactly, tags included:
+// v has every entry of o, with a greater etag, or the same etag and the
+// tag Merge keeps. Unlike Covers, a missing entry is never absorbed (Merge
+// would add it, whatever its etag).
+func (v Vector) Absorbs(o Vector) bool {
+	i := 0
+	for _, e := range o {
+		for i < len(v) && v[i].DBID < e.DBID {
+			i++
+		}
+		if i == len(v) || v[i].DBID != e.DBID {
+			return false
+		}
+		if f := v[i]; f.Etag < e.Etag || (f.Etag == e.Etag && f.Tag > e.Tag) {
+			return false
+		}
+	}
+	return true
+}
+
 // Merge returns the per-DBID maximum of a and b. The tag is taken from the
 // entry with the larger etag; on equal etags the lexicographically smaller tag
 // wins, so Merge is commutative, associative and idempotent.

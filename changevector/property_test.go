@@ -254,3 +254,28 @@ func TestPropChangeVectorMerge(t *testing.T) {
 		}
 	})
 }
+
+// TestAbsorbsIsMergeUnchanged: v absorbs o exactly when merging o into v
+// leaves v as it was, tags included.
+func TestAbsorbsIsMergeUnchanged(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		v := genVector.Draw(t, "v")
+		var o Vector
+		if rapid.Bool().Draw(t, "derived") {
+			o = append(Vector(nil), v...) // often absorbed: a copy, perhaps lowered
+			for i := range o {
+				if rapid.Bool().Draw(t, "lower") && o[i].Etag > 0 {
+					o[i].Etag--
+				}
+				if rapid.Bool().Draw(t, "retag") {
+					o[i].Tag = genTag.Draw(t, "tag") // a tie Merge breaks by tag
+				}
+			}
+		} else {
+			o = genVector.Draw(t, "o")
+		}
+		if got, want := v.Absorbs(o), Merge(v, o).Equal(v); got != want {
+			t.Fatalf("%q.Absorbs(%q) = %v, but Merge gives %q", v, o, got, Merge(v, o))
+		}
+	})
+}

@@ -855,8 +855,9 @@ func wins(a, b *Document) bool {
 // current items. That is the merge computed here, of every version ever
 // stored, as long as each version stored since that key was written is
 // superseded by (merges into) the version of the item that holds its key
-// now: every replacement must supersede what it replaced (see supersedes;
-// it is transitive). For almost every write it does:
+// now: every replacement must supersede what it replaced (its version
+// absorbs the one it replaced: changevector.Vector.Absorbs, which is
+// transitive). For almost every write it does:
 //
 //   - a local write is the previous version with this replica's entry set
 //     to a new etag, above any this replica gave before;
@@ -890,31 +891,12 @@ func (g *round) store(parent *round, key []byte, cur *pendingItem, doc *Document
 	st.count(doc, size, 1)
 	g.counters.count(doc, 1)
 	st.cv = changevector.Merge(st.cv, version)
-	if cur.doc != nil && !supersedes(version, prev) {
+	if cur.doc != nil && !version.Absorbs(prev) {
 		g.pinned[doc.Bucket] = true
 	}
 	g.counters.CV = changevector.Merge(g.counters.CV, version)
 	g.items[string(key)] = &pendingItem{key: key, doc: doc, vlen: vlen, size: size, committed: cur.committed, hadBody: cur.hadBody}
 	return nil
-}
-
-// supersedes reports whether merging old into v gives v, tags included:
-// v has every entry of old, with a greater etag, or the same etag and a tag
-// that Merge prefers or equals.
-func supersedes(v, old changevector.Vector) bool {
-	i := 0
-	for _, e := range old {
-		for i < len(v) && v[i].DBID < e.DBID {
-			i++
-		}
-		if i == len(v) || v[i].DBID != e.DBID {
-			return false
-		}
-		if f := v[i]; f.Etag < e.Etag || (f.Etag == e.Etag && f.Tag > e.Tag) {
-			return false
-		}
-	}
-	return true
 }
 
 // checkIfMatch compares version parts, so a change vector read before a
