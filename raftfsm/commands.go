@@ -286,8 +286,8 @@ func applyCreateDatabase(s *State, index uint64, c *CreateDatabase) (any, error)
 	// put 133, 167 and 100 replicas on three nodes, every one-shard
 	// database of one replica on A).
 	placed := 0
-	for _, r := range s.Databases {
-		if c.Spread {
+	if c.Spread {
+		for _, r := range s.Databases {
 			placed += len(r.Sharding.Shards)
 		}
 	}

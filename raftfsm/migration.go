@@ -495,7 +495,7 @@ func applyStartResharding(s *State, index uint64, c *StartResharding) (any, erro
 		// A bucket on its way from the target elsewhere (a cancelled
 		// operation's last migration) has to come back: it counts.
 		for _, m := range r.Sharding.BucketMigrations {
-			if c.AwaitsRange && m.Bucket >= c.FromBucket && m.Bucket <= c.ToBucket && m.SourceShard == c.ToShard && m.DestinationShard != c.ToShard {
+			if op.leaves(m) && m.SourceShard == c.ToShard {
 				op.BucketsTotal++
 			}
 		}
@@ -530,13 +530,18 @@ func (r *DatabaseRecord) finishOperations(at time.Time) {
 		}
 		busy := false
 		for _, m := range r.Sharding.BucketMigrations {
-			leaving := op.AwaitsRange && m.Bucket >= op.FromBucket && m.Bucket <= op.ToBucket && m.DestinationShard != op.ToShard
-			busy = busy || m.OperationID == op.ID || leaving
+			busy = busy || m.OperationID == op.ID || op.leaves(m)
 		}
 		if !busy {
 			op.Status, op.EndedAt = OperationCompleted, at
 		}
 	}
+}
+
+// leaves reports whether m takes a bucket of op's range to a shard other
+// than op's target, when op waits for such migrations (AwaitsRange).
+func (op *ReshardingOperation) leaves(m *BucketMigration) bool {
+	return op.AwaitsRange && m.Bucket >= op.FromBucket && m.Bucket <= op.ToBucket && m.DestinationShard != op.ToShard
 }
 
 // MaxFinishedOperations bounds how many finished operations a record keeps
