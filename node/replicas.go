@@ -285,7 +285,8 @@ func (rs *replicaSet) reconcile(index uint64, records []*raftfsm.DatabaseRecord)
 	rs.changed = make(chan struct{})
 	rs.mu.Unlock()
 
-	var emu sync.Mutex
+	var emu sync.Mutex // guards errs and opened
+	opened := map[replicaKey]bool{}
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, openParallel)
 	for _, k := range open {
@@ -302,22 +303,16 @@ func (rs *replicaSet) reconcile(index uint64, records []*raftfsm.DatabaseRecord)
 				delete(rs.failed, k)
 			}
 			rs.mu.Unlock()
+			emu.Lock()
+			defer emu.Unlock()
 			if err != nil {
-				emu.Lock()
 				errs = append(errs, fmt.Errorf("open %s$%d: %w", k.db, k.shard, err))
-				emu.Unlock()
+			} else {
+				opened[k] = true
 			}
 		}()
 	}
 	wg.Wait()
-	opened := map[replicaKey]bool{}
-	rs.mu.RLock()
-	for _, k := range open {
-		if _, ok := rs.stores[k]; ok {
-			opened[k] = true
-		}
-	}
-	rs.mu.RUnlock()
 	logByDB(rs.logger, "opened shard replicas", opened)
 	rs.mu.Lock()
 	rs.reconciled = index
@@ -453,7 +448,11 @@ func (rs *replicaSet) waitFor(ctx context.Context, index uint64) error {
 func (rs *replicaSet) wait(ctx context.Context, index uint64, settledEnough bool) error {
 	for {
 		rs.mu.RLock()
-		done := rs.reconciled >= index || (settledEnough && rs.settled >= index)
+		// settled moves first, to the same indexes as reconciled.
+		done := rs.reconciled >= index
+		if settledEnough {
+			done = rs.settled >= index
+		}
 		ch := rs.changed
 		rs.mu.RUnlock()
 		if done {

@@ -625,11 +625,7 @@ func (a *Agent) awaitFinalPass(ctx context.Context, m raftfsm.BucketMigration) (
 			if p.SentBy == a.s.DatabaseID() || !a.c.Up(p.Node) {
 				return m, nil
 			}
-			progress, err := a.s.ReplicationProgresses()
-			if err != nil {
-				return m, err
-			}
-			if progress[p.SentBy] >= p.SentThrough[p.SentBy] {
+			if a.s.ReplicationProgress(p.SentBy) >= p.SentThrough[p.SentBy] {
 				return m, nil
 			}
 			recheck = time.After(time.Second) // whether the sender is still up
