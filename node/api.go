@@ -20,6 +20,7 @@ import (
 func (n *Node) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", n.handleHealth)
+	mux.Handle("GET /metrics", n.metrics.handler())
 	mux.HandleFunc("GET /cluster", n.handleCluster)
 	mux.HandleFunc("GET /topology", n.handleTopology)
 	mux.HandleFunc("POST /cluster/join", n.handleJoin)
@@ -59,7 +60,7 @@ func (n *Node) routes() http.Handler {
 		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	}
-	return n.untilReady(mux)
+	return n.metrics.instrument(n.untilReady(mux))
 }
 
 // untilReady answers requests about databases with 503 NodeStarting until

@@ -55,6 +55,7 @@ type Node struct {
 	// reroutes measures the pause moves cause: writes refused after a
 	// flip and sent on to the new owner.
 	reroutes *reroutes
+	metrics  *metrics // GET /metrics
 
 	started time.Time
 	// maxDocBytes is http.max-document-bytes, or less if the bus's messages
@@ -157,7 +158,9 @@ func Start(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Nod
 		return nil, err
 	}
 	n.driver = resharding.NewDriver(reshardCluster{n}, n.databaseNames, logger)
-	n.wg.Add(5)
+	n.metrics = newMetrics(n)
+	n.wg.Add(6)
+	go n.observeMigrations(runCtx)
 	go n.runFreshness(runCtx)
 	go n.followRecords(runCtx)
 	go n.leaderLoop(runCtx)

@@ -414,6 +414,24 @@ func (rs *replicaSet) writeMarker(r *raftfsm.DatabaseRecord) error {
 	return os.Rename(tmp, filepath.Join(dir, markerName))
 }
 
+// openReplica is one open replica of this node, for reporting.
+type openReplica struct {
+	key   replicaKey
+	store *storage.Store
+	rep   *replication.Replicator // nil: a shard of one replica
+}
+
+// local lists the open replicas.
+func (rs *replicaSet) local() []openReplica {
+	rs.mu.RLock()
+	defer rs.mu.RUnlock()
+	out := make([]openReplica, 0, len(rs.stores))
+	for k, s := range rs.stores {
+		out = append(out, openReplica{key: k, store: s, rep: rs.reps[k]})
+	}
+	return out
+}
+
 // failures returns how many wanted replicas failed to open at the last
 // attempt, and one of the errors.
 func (rs *replicaSet) failures() (int, string) {

@@ -28,6 +28,7 @@ type reroutes struct {
 type rerouteLog struct {
 	created uint64 // the raft index that created the database
 	count   uint64
+	sum     time.Duration
 	max     time.Duration
 	recent  []time.Duration // a ring of the latest rerouteWindow delays
 	next    int
@@ -63,6 +64,7 @@ func (r *reroutes) record(db string, created uint64, d time.Duration) {
 		r.dbs[db] = l
 	}
 	l.count++
+	l.sum += d
 	l.max = max(l.max, d)
 	if len(l.recent) < rerouteWindow {
 		l.recent = append(l.recent, d)
@@ -99,3 +101,28 @@ func rank(sorted []time.Duration, q int) time.Duration {
 }
 
 func millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// rerouteSummary is one database's record in the shape of a Prometheus
+// summary: count and sum since the start, quantiles over the window.
+type rerouteSummary struct {
+	count    uint64
+	sum      time.Duration
+	p50, p99 time.Duration
+}
+
+// summary returns database db's record, if any write was rerouted since
+// it was created at raft index created.
+func (r *reroutes) summary(db string, created uint64) (rerouteSummary, bool) {
+	r.mu.Lock()
+	l := r.dbs[db]
+	if l == nil || l.created != created {
+		r.mu.Unlock()
+		return rerouteSummary{}, false
+	}
+	s := rerouteSummary{count: l.count, sum: l.sum}
+	sorted := slices.Clone(l.recent)
+	r.mu.Unlock()
+	slices.Sort(sorted)
+	s.p50, s.p99 = rank(sorted, 50), rank(sorted, 99)
+	return s, true
+}

@@ -161,3 +161,13 @@ func (f *FSM) Changes(db string, after uint64) (changes []Change, complete bool)
 	}
 	return changes, after >= j.complete
 }
+
+// AllChanges returns every database's changes made after index, oldest
+// first; complete is as for Changes.
+func (f *FSM) AllChanges(after uint64) (changes []Change, complete bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	j := f.journal
+	i, _ := slices.BinarySearchFunc(j.changes, after+1, func(c Change, idx uint64) int { return cmp.Compare(c.Index, idx) })
+	return slices.Clone(j.changes[i:]), after >= j.complete
+}

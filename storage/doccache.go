@@ -49,6 +49,15 @@ func NewDocCache(maxBytes int64) *DocCache {
 	return &DocCache{max: maxBytes, parts: map[*docShard]struct{}{}}
 }
 
+// Usage returns the bytes the cache holds and its budget (zeros for a
+// nil cache).
+func (c *DocCache) Usage() (held, budget int64) {
+	if c == nil {
+		return 0, 0
+	}
+	return c.size.Load(), c.max
+}
+
 // open returns a new store's part (nil when c is nil: no cache).
 func (c *DocCache) open() *docShard {
 	if c == nil {
