@@ -35,6 +35,7 @@ type Node struct {
 	raft     *raftNode
 	bus      *bus
 	cache    *pebble.Cache
+	compact  *storage.Compactions // grants every replica's compactions
 	replicas *replicaSet
 	health   *health
 
@@ -128,7 +129,9 @@ func Start(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Nod
 		return nil, err
 	}
 	n.cache = pebble.NewCache(256 << 20)
+	n.compact = storage.NewCompactions()
 	n.replicas = newReplicaSet(cfg.DatabasesDir(), cfg.Node.Tag, n.cache, storage.NewDocCache(cfg.Storage.DocCacheBytes), cfg.Storage.MemtableBudgetBytes, busTransport{n}, logger)
+	n.replicas.compactions = n.compact
 	n.replicas.newAgent = func(db string, shard int, s *storage.Store) io.Closer {
 		return agentCloser{a: resharding.NewAgent(reshardCluster{n}, db, shard, s, logger), catchUp: n.startCatchUp(db, shard, s)}
 	}
@@ -248,6 +251,9 @@ func (n *Node) Close() error {
 	}
 	if n.bus != nil {
 		n.bus.close()
+	}
+	if n.compact != nil {
+		n.compact.Close()
 	}
 	if n.cache != nil {
 		n.cache.Unref()

@@ -35,6 +35,9 @@ type replicaSet struct {
 	tag    string
 	cache  *pebble.Cache
 	docs   *storage.DocCache // nil: no document cache
+	// compactions grants the replicas' compactions (nil: Pebble's own
+	// scheduler per replica).
+	compactions *storage.Compactions
 	logger *slog.Logger
 
 	// memtableBudget is divided among the replicas a reconcile wants (see
@@ -325,7 +328,7 @@ func (rs *replicaSet) reconcile(index uint64, records []*raftfsm.DatabaseRecord)
 // open opens the replica k of record r, with a write buffer of memTable
 // bytes, and starts its replicator and resharding agent.
 func (rs *replicaSet) open(k replicaKey, r *raftfsm.DatabaseRecord, memTable uint64) error {
-	s, err := storage.Open(storage.Options{Dir: rs.shardDir(k.db, k.shard), NodeTag: rs.tag, Cache: rs.cache, DocCache: rs.docs, MemTableSize: memTable, Logger: rs.logger})
+	s, err := storage.Open(storage.Options{Dir: rs.shardDir(k.db, k.shard), NodeTag: rs.tag, Cache: rs.cache, DocCache: rs.docs, Compactions: rs.compactions, MemTableSize: memTable, Logger: rs.logger})
 	if err != nil {
 		return err
 	}

@@ -45,6 +45,10 @@ type Options struct {
 	// DocCache, shared by the node's replicas, keeps documents point reads
 	// found; nil reads Pebble every time.
 	DocCache *DocCache
+	// Compactions, shared by the node's replicas, grants their
+	// compactions; nil gives the replica Pebble's own scheduler (a
+	// goroutine per replica that wakes every 100 ms).
+	Compactions *Compactions
 
 	// tune, set only by tests, adjusts the Pebble options before opening.
 	tune func(*pebble.Options)
@@ -174,6 +178,9 @@ func Open(opts Options) (*Store, error) {
 // ingest on these machines (DESIGN §8).
 func pebbleOptions(opts Options, logger *slog.Logger) *pebble.Options {
 	o := PebbleOptions(opts.Cache, opts.MemTableSize, logger)
+	if opts.Compactions != nil {
+		o.Experimental.CompactionScheduler = opts.Compactions.forReplica()
+	}
 	if opts.tune != nil {
 		opts.tune(o)
 	}
