@@ -31,14 +31,14 @@ type replicaKey struct {
 // follow the database records: a replica exists here exactly when the
 // record lists this node among the shard's members.
 type replicaSet struct {
-	dir    string
-	tag    string
-	cache  *pebble.Cache
-	docs   *storage.DocCache // nil: no document cache
+	dir   string
+	tag   string
+	cache *pebble.Cache
+	docs  *storage.DocCache // nil: no document cache
 	// compactions grants the replicas' compactions (nil: Pebble's own
 	// scheduler per replica).
 	compactions *storage.Compactions
-	logger *slog.Logger
+	logger      *slog.Logger
 
 	// memtableBudget is divided among the replicas a reconcile wants (see
 	// memTableSize).

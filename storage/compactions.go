@@ -20,7 +20,7 @@ import (
 // ends, when a flush raises its allowance, and every compactionRetry
 // while it waits.
 type Compactions struct {
-	mu      sync.Mutex
+	mu sync.Mutex
 	// waiting holds the replicas refused a compaction or told their
 	// allowance rose, each with the generation of its latest wait: a grant
 	// loop that found nothing to run takes a replica out only if it did
