@@ -666,6 +666,14 @@ func (a *Agent) purge(ctx context.Context, b uint32, p raftfsm.MigrationPass) er
 	if err != nil {
 		return fmt.Errorf("migration of bucket %d: sent change vector: %w", b, err)
 	}
+	if p.SentThrough != nil {
+		// Copies of what the pass sent may still be on their way here by
+		// replication (the sender went down, or the wait for them timed
+		// out): the mark keeps them from being stored live.
+		if err := a.s.MarkPurged(b, storage.PurgeMark{ChangeVector: p.ChangeVector, SentThrough: p.SentThrough}); err != nil {
+			return err
+		}
+	}
 	bound, named := p.SentThrough[a.s.DatabaseID()]
 	if p.SentThrough != nil && (!named || bound == 0) {
 		return nil

@@ -96,6 +96,12 @@ type Store struct {
 	// reads is what Close waits on before it closes Pebble.
 	reads *readGate
 
+	// marks are the purge marks of moved-away buckets (see PurgeMark): an
+	// immutable map, replaced whole under marksMu by MarkPurged, read by
+	// the committer without a lock.
+	marks   atomic.Pointer[map[uint32]purgeMarks]
+	marksMu sync.Mutex
+
 	// statsCache holds recently checkpointed buckets' statistics, so a
 	// write need not read them back from Pebble: a memtable seek costs
 	// ~10 µs on these machines, as much as the rest of a write's storage
@@ -332,6 +338,9 @@ func (s *Store) load() error {
 		return err
 	}
 	if err := s.loadUsedBuckets(); err != nil {
+		return err
+	}
+	if err := s.loadPurgeMarks(); err != nil {
 		return err
 	}
 	v, closer, err = s.db.Get(metaCounters)

@@ -668,6 +668,13 @@ func (g *round) applyReplicated(parent *round, op Op) (Result, error) {
 		res.Skipped, res.ChangeVector = d.skip, d.held
 		return res, err
 	}
+	if marks := g.s.purgeMarksOf(incoming.Bucket); marks != nil && d.loser == nil && marks.blocks(in) {
+		// A late copy of an item that moved away with the bucket's last
+		// purged pass: the destination has it, and stored live here it
+		// would stay in a bucket this shard does not own.
+		d.doc = &Document{ID: incoming.ID, Collection: incoming.Collection, LastModified: incoming.LastModified, Bucket: incoming.Bucket,
+			Flags: FlagDeleted | FlagArtificial}
+	}
 	d.doc.ChangeVector = d.cv.String()
 	if d.loser == nil {
 		d.doc.Origin = op.Source // stored as the sender holds it
