@@ -67,6 +67,8 @@ type Node struct {
 	incarnation string
 	catchUps    catchUps      // replicas behind their peers, skipped by routed requests
 	ready       atomic.Bool   // Start finished: the node serves its databases
+	draining    atomic.Bool   // Close began: writes wait for drained, then go elsewhere
+	drained     chan struct{} // closed when the drain ended (see drainWrites)
 	readyCh     chan struct{} // closed when Start finished
 	removed     atomic.Bool   // raft's configuration no longer lists this node
 	// removedForGood: the leader refused this node's registration, or a
@@ -109,7 +111,7 @@ func Start(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Nod
 		logger = slog.New(slog.DiscardHandler)
 	}
 	logger = logger.With("node", cfg.Node.Tag)
-	n := &Node{cfg: cfg, logger: logger, fsm: raftfsm.New(), started: time.Now(), incarnation: strconv.FormatUint(rand.Uint64(), 36), health: newHealth(cfg.Node.Tag), reroutes: newReroutes(), rpcHandlers: map[string]rpcHandler{}, regKick: make(chan struct{}, 1), refused: make(chan struct{}), fresh: newFreshness(), readyCh: make(chan struct{})}
+	n := &Node{cfg: cfg, logger: logger, fsm: raftfsm.New(), started: time.Now(), incarnation: strconv.FormatUint(rand.Uint64(), 36), health: newHealth(cfg.Node.Tag), reroutes: newReroutes(), rpcHandlers: map[string]rpcHandler{}, regKick: make(chan struct{}, 1), refused: make(chan struct{}), fresh: newFreshness(), readyCh: make(chan struct{}), drained: make(chan struct{})}
 	runCtx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
 	n.runCtx = runCtx
@@ -218,6 +220,7 @@ func (n *Node) Close() error {
 		return nil
 	}
 	n.closed = true
+	n.drainWrites()
 	var errs []error
 	if n.streamsCancel != nil {
 		n.streamsCancel() // event streams end so HTTP shutdown does not wait on them

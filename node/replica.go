@@ -153,6 +153,10 @@ func (l *localReplica) write(ctx context.Context, ops []storage.Op, wc writeConc
 	}
 	fence := l.n.replicas.fence(l.db, l.shard)
 	g := fence.enter()
+	if l.n.draining.Load() { // checked inside the fence: the drain waits for writes that passed
+		fence.exit(g)
+		return nil, l.n.refuseWhileStopping(ctx, l.db, l.shard)
+	}
 	if err := l.n.guardWrites(l.db, l.shard, ops, routed); err != nil {
 		fence.exit(g)
 		return nil, err
@@ -776,6 +780,7 @@ func (t busTransport) Send(ctx context.Context, peer string, b *replication.Batc
 	if rec == nil {
 		return 0, fmt.Errorf("database %q is gone from node %s's records: %w", b.DB, t.n.cfg.Node.Tag, replication.ErrNotReady)
 	}
+	reshardCluster{t.n}.Failpoint(ctx, "replication/before-send") // tests: replication that lags
 	data, err := b.MarshalBinary()
 	if err != nil {
 		return 0, fmt.Errorf("encode replication batch: %w", err)

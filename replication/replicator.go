@@ -169,6 +169,37 @@ func (r *Replicator) WaitReplicas(ctx context.Context, etag uint64, n int) (int,
 	}
 }
 
+// Drain waits until every peer acknowledged the local change with etag,
+// except the peers skip names (a node known down) and those whose link is
+// failing; it returns the peers still behind when ctx ends, or none. A
+// node that stops cleanly drains first, so the member that takes its
+// shard's writes next holds every write it acknowledged.
+func (r *Replicator) Drain(ctx context.Context, etag uint64, skip func(peer string) bool) []string {
+	recheck := time.NewTicker(100 * time.Millisecond) // skip's answers change without an ack
+	defer recheck.Stop()
+	for {
+		r.mu.Lock()
+		var behind []string
+		for _, s := range r.senders {
+			if s.acked < etag && s.err == "" && !r.paused && !skip(s.peer) {
+				behind = append(behind, s.peer)
+			}
+		}
+		ch := r.acked
+		r.mu.Unlock()
+		if len(behind) == 0 {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-recheck.C:
+		case <-ctx.Done():
+			slices.Sort(behind)
+			return behind
+		}
+	}
+}
+
 // bump wakes waiters; r.mu is held.
 func (r *Replicator) bump() {
 	close(r.acked)
