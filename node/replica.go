@@ -36,6 +36,9 @@ type shardReplica interface {
 	stats(ctx context.Context) (replicaStats, error)
 	bucket(ctx context.Context, b uint32, maxIDs int) (bucketInfo, error)
 	rangeStats(ctx context.Context, from, to uint32) ([]storage.BucketStats, error)
+	// itemVersions returns the change vector of each of ids the replica
+	// holds, tombstones included (artificial ones are not held).
+	itemVersions(ctx context.Context, ids []string) (map[string]string, error)
 	conflicts(ctx context.Context, limit int) ([]storage.Conflict, error)
 	migrate(ctx context.Context, b *resharding.Batch) error
 }
@@ -304,6 +307,26 @@ func (l *localReplica) rangeStats(_ context.Context, from, to uint32) ([]storage
 	return out, err
 }
 
+func (l *localReplica) itemVersions(_ context.Context, ids []string) (map[string]string, error) {
+	if err := l.servesClients(); err != nil {
+		return nil, err
+	}
+	out := make(map[string]string, len(ids))
+	for _, id := range ids {
+		d, err := l.s.GetItem(id)
+		if errors.Is(err, storage.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if !d.Artificial() {
+			out[id] = d.ChangeVector
+		}
+	}
+	return out, nil
+}
+
 func (l *localReplica) conflicts(_ context.Context, limit int) ([]storage.Conflict, error) {
 	return l.s.Conflicts(limit)
 }
@@ -522,6 +545,12 @@ func (r *remoteReplica) rangeStats(ctx context.Context, from, to uint32) ([]stor
 	return out, err
 }
 
+func (r *remoteReplica) itemVersions(ctx context.Context, ids []string) (map[string]string, error) {
+	var out map[string]string
+	err := r.n.call(ctx, r.tag, "shard.item-versions", shardRequest{DB: r.db, Shard: r.shard, IDs: ids}, &out)
+	return out, err
+}
+
 func (r *remoteReplica) conflicts(ctx context.Context, limit int) ([]storage.Conflict, error) {
 	var out []storage.Conflict
 	err := r.n.call(ctx, r.tag, "shard.conflicts", shardRequest{DB: r.db, Shard: r.shard, Limit: limit}, &out)
@@ -629,6 +658,13 @@ func (n *Node) registerShardRPC() {
 			return nil, err
 		}
 		return l.bucket(ctx, req.Bucket, req.Limit)
+	}
+	n.rpcHandlers["shard.item-versions"] = func(ctx context.Context, data []byte) (any, error) {
+		l, req, err := local(data)
+		if err != nil {
+			return nil, err
+		}
+		return l.itemVersions(ctx, req.IDs)
 	}
 	n.rpcHandlers["shard.range-stats"] = func(ctx context.Context, data []byte) (any, error) {
 		l, req, err := local(data)

@@ -133,6 +133,20 @@ func (c reshardCluster) RangeStats(ctx context.Context, db string, shard int, fr
 	return out, err
 }
 
+func (c reshardCluster) ItemVersions(ctx context.Context, db string, shard int, ids []string) (map[string]string, error) {
+	rec := c.n.recordOf(db)
+	if rec == nil {
+		return nil, fmt.Errorf("database %q is gone", db)
+	}
+	var out map[string]string
+	err := c.n.onShard(ctx, target{rec: rec, shard: -1}, shard, true, func(ctx context.Context, rep shardReplica) error {
+		var err error
+		out, err = rep.itemVersions(ctx, ids)
+		return err
+	})
+	return out, err
+}
+
 // waitAllApplied returns once this node and every reachable node applied
 // index: from then on every router sends the bucket's requests to its new
 // owner. A node that is down applies the index before it serves again.

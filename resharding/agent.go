@@ -707,6 +707,7 @@ func (a *Agent) purge(ctx context.Context, b uint32, p raftfsm.MigrationPass) er
 // the sweep must see it.
 func (a *Agent) migrateLeftovers(ctx context.Context, rec *raftfsm.DatabaseRecord, fenced bool) {
 	if !a.responsible(rec.Sharding.Shards[a.shard].Members) {
+		a.dropSuperseded(ctx, rec)
 		return
 	}
 	if fenced {
@@ -766,6 +767,130 @@ func (a *Agent) migrateLeftovers(ctx context.Context, rec *raftfsm.DatabaseRecor
 	if err != nil && !errors.Is(err, raftfsm.ErrConflict) {
 		a.logger.Warn("documents migrator could not start a migration", "bucket", found.Bucket, "err", err)
 	}
+}
+
+// strayChunk bounds the ids of one ItemVersions request.
+const strayChunk = 256
+
+// maxStrayBuckets bounds the buckets one dropSuperseded sweep reads.
+const maxStrayBuckets = 64
+
+// dropSuperseded is the documents migrator of a replica that is not its
+// shard's responsible one, which alone starts migrations: it purges the
+// items it holds in buckets other shards own (and no migration covers)
+// whose owner holds the same version or a newer one, tombstones included.
+//
+// Such copies are old versions that never reached the responsible
+// replica while the bucket moved: writes this replica took while the
+// responsible one was down, or copies that came by replication after its
+// purge. The responsible replica's sweep cannot see them, so they stayed
+// for good: members of the shard disagreed on their documents, and a
+// deleted document's old version lived on. An item the owner lacks, or
+// holds only in an older or concurrent version, is kept: it reaches the
+// responsible replica by replication, and that one's sweep moves it.
+func (a *Agent) dropSuperseded(ctx context.Context, rec *raftfsm.DatabaseRecord) {
+	state := sweptState{a.s.LastEtag(), rec.Etag} // before the sweep reads
+	if state == a.clean {
+		return
+	}
+	var strays []uint32
+	ranges := rec.Sharding.BucketRanges
+	for i := 0; i < len(ranges) && len(strays) < maxStrayBuckets; i++ {
+		if ranges[i].ShardNumber == a.shard {
+			continue
+		}
+		from, to := ranges.Span(i)
+		err := a.s.RangeStats(from, to, func(st storage.BucketStats) error {
+			if _, migrating := rec.Sharding.BucketMigrations[st.Bucket]; st.DocumentsCount+st.TombstonesCount > 0 && !migrating && len(strays) < maxStrayBuckets {
+				strays = append(strays, st.Bucket)
+			}
+			return nil
+		})
+		if err != nil {
+			a.logger.Warn("documents migrator could not read bucket statistics", "from", from, "to", to, "err", err)
+			return
+		}
+	}
+	kept := 0
+	for _, b := range strays {
+		n, err := a.dropSupersededIn(ctx, b, rec.ShardOf(b))
+		if err != nil {
+			if ctx.Err() == nil {
+				a.logger.Debug("documents migrator could not compare copies with their owner", "bucket", b, "err", err)
+			}
+			kept++
+			continue
+		}
+		kept += n
+	}
+	if kept == 0 && len(strays) < maxStrayBuckets {
+		a.clean = state
+	}
+}
+
+// dropSupersededIn purges bucket b's items that its owner holds in the
+// same or a newer version, and returns how many it keeps.
+func (a *Agent) dropSupersededIn(ctx context.Context, b uint32, owner int) (int, error) {
+	type copyOf struct{ id, cv string }
+	var items []copyOf
+	err := a.s.IterateBucketsMeta(b, b, func(d *storage.Document) bool {
+		if !d.Artificial() {
+			items = append(items, copyOf{d.ID, d.ChangeVector})
+		}
+		return true
+	})
+	if err != nil {
+		return 0, err
+	}
+	kept := 0
+	var ops []storage.Op
+	for len(items) > 0 {
+		chunk := items[:min(len(items), strayChunk)]
+		items = items[len(chunk):]
+		ids := make([]string, len(chunk))
+		for i, it := range chunk {
+			ids[i] = it.id
+		}
+		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		held, err := a.c.ItemVersions(qctx, a.db, owner, ids)
+		cancel()
+		if err != nil {
+			return 0, err
+		}
+		for _, it := range chunk {
+			theirs, ok := held[it.id]
+			if !ok {
+				kept++
+				continue
+			}
+			tv, err1 := changevector.Parse(theirs)
+			mine, err2 := changevector.Parse(it.cv)
+			if err1 != nil || err2 != nil || !tv.Version.Covers(mine.Version) {
+				kept++
+				continue
+			}
+			// The purge checks again at commit that the copy's version is
+			// covered: a newer one written meanwhile stays.
+			ops = append(ops, storage.Op{Kind: storage.OpPurge, ID: it.id, CoveredBy: tv.Version})
+		}
+	}
+	if len(ops) == 0 {
+		return kept, nil
+	}
+	res, err := a.s.Write(ctx, ops)
+	if err != nil {
+		return 0, fmt.Errorf("purge superseded copies in bucket %d: %w", b, err)
+	}
+	dropped := 0
+	for _, r := range res {
+		if r.Skipped {
+			kept++
+		} else {
+			dropped++
+		}
+	}
+	a.logger.Info("documents migrator dropped copies whose owner holds them in the same or a newer version", "bucket", b, "owner", owner, "dropped", dropped, "kept", kept)
+	return kept, nil
 }
 
 // bucketRangesView is what the documents migrator watches for: ownership

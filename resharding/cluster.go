@@ -54,6 +54,10 @@ type Cluster interface {
 	// RangeStats returns the bucket statistics of db's shard in [from, to]
 	// from one of its replicas.
 	RangeStats(ctx context.Context, db string, shard int, from, to uint32) ([]storage.BucketStats, error)
+	// ItemVersions returns the change vector of each of ids that one of
+	// db's shard's replicas holds, tombstones included; an id it does not
+	// hold is absent.
+	ItemVersions(ctx context.Context, db string, shard int, ids []string) (map[string]string, error)
 }
 
 // Batch is a run of one migrating bucket's items sent to the destination.

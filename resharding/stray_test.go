@@ -1,0 +1,155 @@
+package resharding
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shardnode/shardnode/bucket"
+	"github.com/shardnode/shardnode/raftfsm"
+	"github.com/shardnode/shardnode/storage"
+)
+
+// fakeCluster is a Cluster whose other shard is one local store.
+type fakeCluster struct {
+	tag   string
+	up    map[string]bool
+	rec   *raftfsm.DatabaseRecord
+	owner *storage.Store // every replica of the other shard
+
+	mu       sync.Mutex
+	proposed []raftfsm.Command
+}
+
+func (f *fakeCluster) NodeTag() string                                { return f.tag }
+func (f *fakeCluster) Record(string) *raftfsm.DatabaseRecord          { return f.rec }
+func (f *fakeCluster) Watch() (<-chan uint64, func())                 { return nil, func() {} }
+func (f *fakeCluster) IsLeader() bool                                 { return false }
+func (f *fakeCluster) Up(tag string) bool                             { return f.up[tag] }
+func (f *fakeCluster) SendBatch(context.Context, *Batch) error        { return nil }
+func (f *fakeCluster) WaitAllApplied(context.Context, uint64) error   { return nil }
+func (f *fakeCluster) NotePurge(string, int, uint64)                  {}
+func (f *fakeCluster) FenceWrites(context.Context, string, int) error { return nil }
+func (f *fakeCluster) Failpoint(context.Context, string)              {}
+func (f *fakeCluster) WaitReady(context.Context) error                { return nil }
+func (f *fakeCluster) MigratorInterval() time.Duration                { return time.Hour }
+func (f *fakeCluster) RangeStats(context.Context, string, int, uint32, uint32) ([]storage.BucketStats, error) {
+	return nil, errors.New("not used")
+}
+
+func (f *fakeCluster) Propose(_ context.Context, cmd raftfsm.Command) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.proposed = append(f.proposed, cmd)
+	return nil
+}
+
+func (f *fakeCluster) ItemVersions(_ context.Context, _ string, _ int, ids []string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, id := range ids {
+		d, err := f.owner.GetItem(id)
+		if err == nil && !d.Artificial() {
+			out[id] = d.ChangeVector
+		}
+	}
+	return out, nil
+}
+
+func openStore(t *testing.T, tag string) *storage.Store {
+	t.Helper()
+	s, err := storage.Open(storage.Options{Dir: t.TempDir(), NodeTag: tag})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func write(t *testing.T, s *storage.Store, ops ...storage.Op) {
+	t.Helper()
+	if _, err := s.Write(context.Background(), ops); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func put(id, body string) storage.Op {
+	return storage.Op{Kind: storage.OpPut, ID: id, Body: []byte(body)}
+}
+
+// replicate copies from's current item id to to, as replication does.
+func replicate(t *testing.T, from, to *storage.Store, id string) {
+	t.Helper()
+	d, err := from.GetItem(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(t, to, storage.Op{Kind: storage.OpReplicate, ID: d.ID, Collection: d.Collection, Body: d.Body, ChangeVector: d.ChangeVector,
+		LastModified: d.LastModified, Flags: d.Flags, Source: from.DatabaseID()})
+}
+
+// TestStrayCopiesTheOwnerSupersedesAreDropped: a replica that is not its
+// shard's responsible one holds items in a bucket another shard owns.
+// Its documents migrator purges those whose owner holds the same version,
+// a newer one, or a newer tombstone, and keeps those the owner lacks or
+// holds only in an older version (the responsible replica moves them once
+// replication brings them there); it starts no migration itself, and it
+// leaves the buckets its shard owns alone.
+func TestStrayCopiesTheOwnerSupersedesAreDropped(t *testing.T) {
+	mine := openStore(t, "B")  // shard 0's second member
+	owner := openStore(t, "C") // shard 1
+	const anchor = "$tenants/5"
+	bk := bucket.ForID("tenants/5")
+	write(t, mine, put("same"+anchor, `{"v":1}`), put("newer"+anchor, `{"v":1}`), put("deleted"+anchor, `{"v":1}`),
+		put("missing"+anchor, `{"v":1}`), put("older"+anchor, `{"v":1}`), put("own/1", `{"v":1}`))
+	for _, id := range []string{"same", "newer", "deleted", "older"} {
+		replicate(t, mine, owner, id+anchor)
+	}
+	write(t, owner, put("newer"+anchor, `{"v":2}`), storage.Op{Kind: storage.OpDelete, ID: "deleted" + anchor})
+	write(t, mine, put("older"+anchor, `{"v":2}`)) // the owner has only v1
+	if bucket.ForID("own/1") == bk {
+		t.Fatal("pick another id for the shard's own bucket")
+	}
+
+	rec := &raftfsm.DatabaseRecord{DatabaseName: "db", Etag: 7, Sharding: raftfsm.Sharding{
+		Shards:           map[int]*raftfsm.ShardTopology{0: {Members: []string{"A", "B"}}, 1: {Members: []string{"C"}}},
+		BucketRanges:     bucket.Ranges{{BucketRangeStart: 0, ShardNumber: 0}, {BucketRangeStart: bk, ShardNumber: 1}, {BucketRangeStart: bk + 1, ShardNumber: 0}},
+		BucketMigrations: map[uint32]*raftfsm.BucketMigration{},
+	}}
+	fc := &fakeCluster{tag: "B", up: map[string]bool{"A": true, "B": true, "C": true}, rec: rec, owner: owner}
+	a := &Agent{c: fc, db: "db", shard: 0, s: mine, logger: slog.New(slog.DiscardHandler)}
+
+	for range 2 { // a second sweep changes nothing more
+		a.migrateLeftovers(context.Background(), rec, false)
+		for id, dropped := range map[string]bool{"same": true, "newer": true, "deleted": true, "missing": false, "older": false} {
+			d, err := mine.GetItem(id + anchor)
+			if err != nil {
+				t.Fatalf("%s: %v", id, err)
+			}
+			if d.Artificial() != dropped {
+				t.Errorf("%s: dropped %v, want %v", id, d.Artificial(), dropped)
+			}
+		}
+		if _, err := mine.Get("own/1"); err != nil {
+			t.Errorf("the shard's own document: %v", err)
+		}
+		if len(fc.proposed) != 0 {
+			t.Errorf("a replica that is not responsible proposed %v", fc.proposed)
+		}
+	}
+	if st, _ := mine.BucketStats(bk); st.DocumentsCount != 2 {
+		t.Errorf("bucket %d counts %d documents here, want 2 (missing, older)", bk, st.DocumentsCount)
+	}
+
+	// A bucket a migration covers is left to it.
+	write(t, mine, put("again"+anchor, `{"v":1}`))
+	replicate(t, mine, owner, "again"+anchor)
+	rec.Etag++
+	rec.Sharding.BucketMigrations[bk] = &raftfsm.BucketMigration{Bucket: bk, SourceShard: 0, DestinationShard: 1, Status: raftfsm.MigrationMoving}
+	a.migrateLeftovers(context.Background(), rec, false)
+	if d, _ := mine.GetItem("again" + anchor); d.Artificial() {
+		t.Error("a copy in a migrating bucket was dropped")
+	}
+}
