@@ -91,6 +91,15 @@ func (h *health) heard(tag, inc string) {
 	h.seen[tag] = time.Now()
 }
 
+// incarnation is the incarnation tag was last heard with ("" if never):
+// a leaving message from an earlier run of a node that restarted since
+// must not count the new run down.
+func (h *health) incarnation(tag string) string {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return h.inc[tag]
+}
+
 func (h *health) markDown(tag string) {
 	h.mu.Lock()
 	h.seen[tag] = time.Time{} // heard before, down now
@@ -164,6 +173,21 @@ func (h *health) lastSeen(tag string) time.Time {
 
 func (n *Node) heartbeatSubject() string { return "sn." + n.cfg.Cluster.Name + ".heartbeat" }
 
+// leavingSubject carries the tag of a node that stops cleanly, once its
+// heartbeats ended: the others count it down at once instead of after
+// downAfter, so routers stop sending it requests it would refuse.
+func (n *Node) leavingSubject() string { return "sn." + n.cfg.Cluster.Name + ".leaving" }
+
+// announceLeaving tells the others that this node stops (best effort).
+func (n *Node) announceLeaving() {
+	if n.bus == nil || n.bus.nc == nil {
+		return
+	}
+	if err := n.bus.nc.Publish(n.leavingSubject(), []byte(n.cfg.Node.Tag+" "+n.incarnation)); err == nil {
+		_ = n.bus.nc.FlushTimeout(time.Second)
+	}
+}
+
 // runHeartbeats publishes this node's heartbeat and records the others'.
 func (n *Node) runHeartbeats(ctx context.Context) {
 	defer n.wg.Done()
@@ -176,6 +200,17 @@ func (n *Node) runHeartbeats(ctx context.Context) {
 		return
 	}
 	defer sub.Unsubscribe()
+	leaving, err := n.bus.nc.Subscribe(n.leavingSubject(), func(m *nats.Msg) {
+		tag, inc, _ := strings.Cut(string(m.Data), " ")
+		if tag != n.cfg.Node.Tag && n.health.incarnation(tag) == inc {
+			n.health.markDown(tag)
+		}
+	})
+	if err != nil {
+		n.logger.Error("subscribe leaving nodes", "err", err)
+		return
+	}
+	defer leaving.Unsubscribe()
 	t := time.NewTicker(heartbeatEvery)
 	defer t.Stop()
 	for {

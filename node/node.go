@@ -221,6 +221,7 @@ func (n *Node) Close() error {
 	}
 	n.closed = true
 	n.drainWrites()
+	n.handOverLeadership()
 	var errs []error
 	if n.streamsCancel != nil {
 		n.streamsCancel() // event streams end so HTTP shutdown does not wait on them
@@ -242,6 +243,7 @@ func (n *Node) Close() error {
 	n.rpcStopped = true
 	n.rpcMu.Unlock()
 	n.wg.Wait()
+	n.announceLeaving() // the heartbeats stopped with the loops
 	if n.raft != nil {
 		if err := n.raft.close(); err != nil {
 			errs = append(errs, fmt.Errorf("raft: %w", err))

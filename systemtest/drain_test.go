@@ -122,3 +122,31 @@ func TestCleanStopHandsOverAcknowledgedWrites(t *testing.T) {
 		t.Errorf("conflicts after a clean stop: %v", r)
 	}
 }
+
+// TestStoppingLeaderHandsLeadershipOver: a raft leader that stops cleanly
+// makes another voter the leader first, so the cluster is not left
+// without one for an election timeout (writes everywhere pause while no
+// node can confirm it follows the cluster). Right after the stop returns,
+// one of the others already leads; without the hand-over none would for
+// at least the heartbeat timeout (1 s).
+func TestStoppingLeaderHandsLeadershipOver(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{Nodes: 3})
+	leader := c.Members[c.Leader()]
+	leader.Stop()
+	var leads []string
+	for _, m := range c.Members {
+		if m == leader {
+			continue
+		}
+		h, err := testcluster.Do("GET", m.URL()+"/healthz", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if raftState, _ := h.JSON(t)["Raft"].(string); raftState == "Leader" {
+			leads = append(leads, m.Tag)
+		}
+	}
+	if len(leads) != 1 {
+		t.Fatalf("right after leader %s stopped, leaders among the others: %v; want exactly one", leader.Tag, leads)
+	}
+}
