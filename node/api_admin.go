@@ -132,8 +132,12 @@ func (n *Node) handleCreateDatabase(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	cmd := &raftfsm.CreateDatabase{Meta: raftfsm.Meta{RequestID: r.Header.Get("Request-Id"), At: time.Now().UTC()}, Name: name,
+	rid := r.Header.Get("Request-Id")
+	cmd := &raftfsm.CreateDatabase{Meta: raftfsm.Meta{RequestID: rid, At: time.Now().UTC()}, Name: name,
 		DatabaseID: changevector.NewDatabaseID(), Shards: req.Shards, ReplicationFactor: req.ReplicationFactor, Candidates: n.upNodes(), Spread: true}
+	if rid != "" {
+		cmd.Fingerprint = fmt.Sprintf("create database %q: Shards %d, ReplicationFactor %d", name, req.Shards, req.ReplicationFactor)
+	}
 	if err := raftfsm.ValidateCreate(cmd); err != nil {
 		writeError(w, err)
 		return
@@ -147,11 +151,17 @@ func (n *Node) handleCreateDatabase(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	if err := n.checkRequestID(r, cmd.Fingerprint); err != nil {
+		writeError(w, err)
+		return
+	}
 	rec, _ := n.fsm.Database(name)
-	if rec == nil {
+	index, known := n.fsm.RequestIndex(rid)
+	if rec == nil || (rid != "" && known && rec.CreatedIndex != index) {
 		// The state machine took the command for a retry of an earlier one
 		// with the same Request-Id, and that one did not leave this
-		// database behind: the id was reused for something else.
+		// database behind (or the database was deleted and created again
+		// since): the id was reused for something else.
 		writeError(w, requestIDReused(r))
 		return
 	}
@@ -206,6 +216,27 @@ func (n *Node) handleDeleteDatabase(w http.ResponseWriter, r *http.Request) {
 func requestIDReused(r *http.Request) error {
 	return &apiError{Status: http.StatusConflict, Type: "RequestIdReused",
 		Msg: fmt.Sprintf("Request-Id %q was already used by another command, so this one was not applied; send a new id (an id names one command, for retrying it safely)", r.Header.Get("Request-Id"))}
+}
+
+// checkRequestID, after r's command was proposed with fingerprint fp
+// (raftfsm.Meta.Fingerprint), refuses it with a 409 RequestIdReused if the
+// state machine remembers r's Request-Id with another fingerprint: it took
+// the command for a retry, and the id's first command asked for something
+// else, so nothing was applied. It returns nil when the id is remembered
+// with fp (this command applied now, or earlier as a try whose answer was
+// lost), and when it is remembered without a fingerprint (a command of an
+// older version, which the caller judges by its outcome, as before).
+func (n *Node) checkRequestID(r *http.Request, fp string) error {
+	rid := r.Header.Get("Request-Id")
+	if rid == "" || fp == "" {
+		return nil
+	}
+	used, ok := n.fsm.RequestFingerprint(rid)
+	if !ok || used == fp {
+		return nil
+	}
+	return &apiError{Status: http.StatusConflict, Type: "RequestIdReused",
+		Msg: fmt.Sprintf("Request-Id %q was already used to %s, so this request (%s) was not applied; send a new id (an id names one command, for retrying it safely)", rid, used, fp)}
 }
 
 // upNodes lists the members this node does not know to be down.

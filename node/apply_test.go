@@ -139,6 +139,32 @@ func TestReusedRequestIDIsRefused(t *testing.T) {
 	}
 }
 
+// TestRetriedCreateMustAskForTheSameDatabase: a create retried with its
+// Request-Id answers 201 with the record only when it asks for what the
+// first try did; the same id with another body is a 409 RequestIdReused
+// that changes nothing (it was a 201 with the first try's record, which
+// the client took for the database it asked for).
+func TestRetriedCreateMustAskForTheSameDatabase(t *testing.T) {
+	n := testNode(t, t.TempDir())
+	c := client{t, n.HTTPURL()}
+	shards := func(rec map[string]any) int { return len(rec["Sharding"].(map[string]any)["Shards"].(map[string]any)) }
+	first := c.must(201, "PUT", "/admin/databases/rq1", `{}`, "Request-Id", "r1").json(t)
+	for _, body := range []string{`{"Shards": 2}`, `{"Shards": 1, "ReplicationFactor": 2}`} {
+		r := c.do("PUT", "/admin/databases/rq1", body, "Request-Id", "r1")
+		if e := r.json(t); r.Status != 409 || e["Type"] != "RequestIdReused" || !strings.Contains(e["Error"].(string), "Shards 1, ReplicationFactor 1") {
+			t.Fatalf("create retried with its id and body %s: %d %s", body, r.Status, r.Body)
+		}
+	}
+	// The same request, the defaults written out or not, is its retry.
+	again := c.must(201, "PUT", "/admin/databases/rq1", `{"Shards": 1}`, "Request-Id", "r1").json(t)
+	if again["CreatedIndex"] != first["CreatedIndex"] || again["DatabaseId"] != first["DatabaseId"] || shards(again) != 1 {
+		t.Fatalf("retried create answered %v, first %v", again, first)
+	}
+	if got := shards(c.must(200, "GET", "/admin/databases/rq1", "").json(t)); got != 1 {
+		t.Fatalf("database has %d shards after refused retries, want 1", got)
+	}
+}
+
 // TestReshardingRetryAfterItsOperationWasPruned: once a finished operation
 // is pruned from the record, a retry of the request that started it cannot
 // be told from another command that used the id. It is still refused

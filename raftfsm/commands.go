@@ -78,6 +78,13 @@ type Meta struct {
 	// At is the proposer's clock when the command was made: apply uses it
 	// instead of reading the clock, so every node computes the same state.
 	At time.Time `json:"At"`
+	// Fingerprint, with RequestID, says what the client asked for (e.g.
+	// "create database \"shop\": Shards 2, ReplicationFactor 1"), so that
+	// a retry with the same id can be told from another command reusing
+	// it. The state remembers it with the id (State.RequestFingerprints).
+	// Set by proposers of this version only: entries written before it
+	// apply as they did.
+	Fingerprint string `json:"Fingerprint,omitempty"`
 }
 
 // Request returns the request id.

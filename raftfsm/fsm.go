@@ -72,7 +72,7 @@ func (f *FSM) apply(index uint64, data []byte) Result {
 	}
 	v, err := fn(f.state, index, data[1:])
 	if err == nil {
-		f.state.remember(meta.RequestID, index)
+		f.state.remember(meta.RequestID, index, meta.Fingerprint)
 	}
 	return Result{Value: v, Err: err}
 }
@@ -174,7 +174,6 @@ func (f *FSM) Databases() []*DatabaseRecord {
 	return out
 }
 
-// Nodes returns the cluster members sorted by tag.
 // RequestIndex returns the raft index of the command that a Request-Id
 // was first applied with, while the state remembers it.
 func (f *FSM) RequestIndex(id string) (uint64, bool) {
@@ -184,6 +183,18 @@ func (f *FSM) RequestIndex(id string) (uint64, bool) {
 	return i, ok
 }
 
+// RequestFingerprint returns the Meta.Fingerprint of the command that a
+// Request-Id was first applied with; false when the state does not
+// remember the id, or its command carried no fingerprint (it was proposed
+// by an older version).
+func (f *FSM) RequestFingerprint(id string) (string, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	fp, ok := f.state.RequestFingerprints[id]
+	return fp, ok
+}
+
+// Nodes returns the cluster members sorted by tag.
 func (f *FSM) Nodes() []NodeInfo {
 	f.mu.RLock()
 	defer f.mu.RUnlock()

@@ -100,6 +100,50 @@ func TestRequestIDMakesRetriesIdempotent(t *testing.T) {
 	}
 }
 
+// TestRequestFingerprintsAreRememberedWithTheirIDs: a command's
+// fingerprint is kept with its request id, survives a snapshot, is not
+// replaced by a retry that asks for something else, and is forgotten with
+// the id. A command without one (an older proposer's) leaves the state as
+// it did before fingerprints existed.
+func TestRequestFingerprintsAreRememberedWithTheirIDs(t *testing.T) {
+	f := threeNodes(t)
+	mustApply(t, f, 4, &CreateDatabase{Meta: Meta{RequestID: "old", At: t0}, Name: "a", Shards: 1, ReplicationFactor: 1})
+	if js, _ := f.StateJSON(); bytes.Contains(js, []byte("RequestFingerprints")) {
+		t.Fatalf("a command without a fingerprint changed the state's form: %s", js)
+	}
+	if fp, ok := f.RequestFingerprint("old"); ok {
+		t.Fatalf("fingerprint %q for a command that had none", fp)
+	}
+	mustApply(t, f, 5, &CreateDatabase{Meta: Meta{RequestID: "new", At: t0, Fingerprint: "create b"}, Name: "b", Shards: 1, ReplicationFactor: 1})
+	before, _ := f.StateJSON()
+	r := f.ApplyCommand(6, &CreateDatabase{Meta: Meta{RequestID: "new", At: t0, Fingerprint: "create b2"}, Name: "b", Shards: 2, ReplicationFactor: 1})
+	if !r.Duplicate || r.Err != nil {
+		t.Fatalf("retry with another fingerprint: %+v", r)
+	}
+	after, _ := f.StateJSON()
+	var b, a State
+	_ = jsonUnmarshal(before, &b)
+	_ = jsonUnmarshal(after, &a)
+	b.Index, a.Index = 0, 0
+	if !bytes.Equal(mustJSON(b), mustJSON(a)) {
+		t.Fatal("a retry changed the state")
+	}
+	g := snapshotRoundTrip(t, f)
+	if fp, ok := g.RequestFingerprint("new"); !ok || fp != "create b" {
+		t.Fatalf("fingerprint after a snapshot: %q %v", fp, ok)
+	}
+	for i := range maxRememberedRequests {
+		c := &AddNode{Meta: Meta{RequestID: fmt.Sprintf("n%d", i), At: t0, Fingerprint: "add A"}, Node: NodeInfo{Tag: "A", HttpUrl: "http://127.0.0.1:1", RaftAddr: "127.0.0.1:2"}}
+		mustApply(t, f, uint64(10+i), c)
+	}
+	if _, ok := f.RequestFingerprint("new"); ok {
+		t.Fatal("the fingerprint outlived its request id")
+	}
+	if n := len(f.state.RequestFingerprints); n != maxRememberedRequests {
+		t.Fatalf("%d fingerprints remembered, want %d", n, maxRememberedRequests)
+	}
+}
+
 // snapshotRoundTrip persists a snapshot of f and restores it into a new
 // state machine.
 func snapshotRoundTrip(t *testing.T, f *FSM) *FSM {

@@ -19,6 +19,10 @@ type State struct {
 	Requests map[string]uint64 `json:"Requests"`
 	// RequestOrder is Requests' ids oldest first, for bounded forgetting.
 	RequestOrder []string `json:"RequestOrder"`
+	// RequestFingerprints holds, for the remembered request ids whose
+	// command carried one, its Meta.Fingerprint: what the id was used for.
+	// It is forgotten with the id.
+	RequestFingerprints map[string]string `json:"RequestFingerprints,omitempty"`
 	// Index is the raft index of the last applied entry.
 	Index uint64 `json:"Index"`
 }
@@ -233,18 +237,23 @@ func (r *DatabaseRecord) Clone() *DatabaseRecord {
 }
 
 func newState() *State {
-	return &State{Nodes: map[string]*NodeInfo{}, Databases: map[string]*DatabaseRecord{}, Requests: map[string]uint64{}}
+	return &State{Nodes: map[string]*NodeInfo{}, Databases: map[string]*DatabaseRecord{}, Requests: map[string]uint64{}, RequestFingerprints: map[string]string{}}
 }
 
-// remember records a request id as applied at index.
-func (s *State) remember(id string, index uint64) {
+// remember records a request id as applied at index by a command with
+// that fingerprint ("" for none).
+func (s *State) remember(id string, index uint64, fingerprint string) {
 	if id == "" {
 		return
 	}
 	s.Requests[id] = index
+	if fingerprint != "" {
+		s.RequestFingerprints[id] = fingerprint
+	}
 	s.RequestOrder = append(s.RequestOrder, id)
 	for len(s.RequestOrder) > maxRememberedRequests {
 		delete(s.Requests, s.RequestOrder[0])
+		delete(s.RequestFingerprints, s.RequestOrder[0])
 		s.RequestOrder = s.RequestOrder[1:]
 	}
 }
