@@ -1,9 +1,11 @@
 package node
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -179,22 +181,49 @@ func (n *Node) handleGetDatabase(w http.ResponseWriter, r *http.Request) {
 }
 
 func (n *Node) handleDeleteDatabase(w http.ResponseWriter, r *http.Request) {
-	t, err := n.resolve(r.PathValue("db"))
-	if err != nil {
+	name, rid := r.PathValue("db"), r.Header.Get("Request-Id")
+	cmd := &raftfsm.DeleteDatabase{Meta: raftfsm.Meta{RequestID: rid, At: time.Now().UTC()}}
+	if rid != "" {
+		// Names are case-insensitive: any spelling deletes the same database.
+		cmd.Fingerprint = fmt.Sprintf("delete database %q", strings.ToLower(name))
+	}
+	t, err := n.resolve(name)
+	var missing *apiError
+	switch {
+	case err == nil && t.shard >= 0:
+		writeError(w, badRequest("delete a whole database, not one shard (%q)", name))
+		return
+	case err == nil:
+		cmd.Name = t.rec.DatabaseName
+	case rid != "" && !strings.Contains(name, "$") && errors.As(err, &missing) && missing.Type == "DatabaseDoesNotExist":
+		// Perhaps the retry of a delete whose answer was lost: the state
+		// machine tells it by its Request-Id. If the id is new, the
+		// command finds no database and answers 404.
+		cmd.Name = name
+	default:
 		writeError(w, err)
 		return
 	}
-	if t.shard >= 0 {
-		writeError(w, badRequest("delete a whole database, not one shard (%q)", r.PathValue("db")))
-		return
-	}
-	if err := n.propose(r.Context(), &raftfsm.DeleteDatabase{Meta: raftfsm.Meta{RequestID: r.Header.Get("Request-Id"), At: time.Now().UTC()}, Name: t.rec.DatabaseName}); err != nil {
+	if err := n.propose(r.Context(), cmd); err != nil {
 		writeError(w, err)
 		return
 	}
-	if rec, _ := n.fsm.Database(t.rec.DatabaseName); rec != nil && rec.CreatedIndex == t.rec.CreatedIndex {
-		writeError(w, requestIDReused(r)) // taken for a retry of another command
+	if err := n.checkRequestID(r, cmd.Fingerprint); err != nil {
+		writeError(w, err) // the id's command was not this delete
 		return
+	}
+	// With the id remembered with this delete's fingerprint, the delete
+	// applied, now or at an earlier try. Without (no Request-Id, or the
+	// id's command came from an older version), judge by the outcome.
+	if _, ok := n.fsm.RequestFingerprint(rid); !ok {
+		if t.rec == nil {
+			writeError(w, err) // the database was missing before, and is
+			return
+		}
+		if rec, _ := n.fsm.Database(t.rec.DatabaseName); rec != nil && rec.CreatedIndex == t.rec.CreatedIndex {
+			writeError(w, requestIDReused(r)) // taken for a retry of another command
+			return
+		}
 	}
 	if len(n.fsm.Nodes()) > 1 {
 		// A node that lost touch with the cluster serves by its records for
@@ -206,7 +235,7 @@ func (n *Node) handleDeleteDatabase(w http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 		}
 	}
-	n.logger.Info("deleted database", "db", t.rec.DatabaseName)
+	n.logger.Info("deleted database", "db", cmd.Name)
 	w.WriteHeader(http.StatusNoContent)
 }
 

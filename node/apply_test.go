@@ -165,6 +165,41 @@ func TestRetriedCreateMustAskForTheSameDatabase(t *testing.T) {
 	}
 }
 
+// TestRetriedDeleteIsIdempotent: a delete retried with its Request-Id
+// after its answer was lost answers 204 again, though the database is
+// gone (it was a 404: the lookup ran before the id was looked at).
+// Another command's id stays a 409 that deletes nothing, and a new id for
+// a missing database a 404.
+func TestRetriedDeleteIsIdempotent(t *testing.T) {
+	n := testNode(t, t.TempDir())
+	c := client{t, n.HTTPURL()}
+	c.must(201, "PUT", "/admin/databases/rq1", `{}`)
+	c.must(204, "DELETE", "/admin/databases/rq1", "", "Request-Id", "d1")
+	c.must(204, "DELETE", "/admin/databases/rq1", "", "Request-Id", "d1")
+	c.must(204, "DELETE", "/admin/databases/RQ1", "", "Request-Id", "d1") // names are case-insensitive
+	c.must(404, "GET", "/admin/databases/rq1", "")
+	if r := c.do("DELETE", "/admin/databases/rq1", "", "Request-Id", "d2"); r.Status != 404 || r.json(t)["Type"] != "DatabaseDoesNotExist" {
+		t.Fatalf("delete of a missing database with a new id: %d %s", r.Status, r.Body)
+	}
+	if r := c.do("DELETE", "/admin/databases/rq1$0", "", "Request-Id", "d1"); r.Status != 404 {
+		t.Fatalf("delete of a missing database's shard: %d %s", r.Status, r.Body)
+	}
+	// Ids of other commands: a create's, and the delete of another database.
+	c.must(201, "PUT", "/admin/databases/rq2", `{}`, "Request-Id", "c2")
+	for _, try := range []struct{ db, id string }{{"rq1", "c2"}, {"rq2", "c2"}, {"rq2", "d1"}} {
+		r := c.do("DELETE", "/admin/databases/"+try.db, "", "Request-Id", try.id)
+		if e := r.json(t); r.Status != 409 || e["Type"] != "RequestIdReused" {
+			t.Fatalf("delete %s with the id %s: %d %s", try.db, try.id, r.Status, r.Body)
+		}
+	}
+	c.must(200, "GET", "/admin/databases/rq2", "")
+	// The delete applied: its retry answers as the first try did, even
+	// once the name is taken again, and leaves the new database alone.
+	c.must(201, "PUT", "/admin/databases/rq1", `{}`)
+	c.must(204, "DELETE", "/admin/databases/rq1", "", "Request-Id", "d1")
+	c.must(200, "GET", "/admin/databases/rq1", "")
+}
+
 // TestReshardingRetryAfterItsOperationWasPruned: once a finished operation
 // is pruned from the record, a retry of the request that started it cannot
 // be told from another command that used the id. It is still refused
