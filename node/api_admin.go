@@ -89,7 +89,10 @@ func (n *Node) clusterAnswer() clusterAnswer {
 }
 
 // handleTopology answers RavenDB clients' GET /topology?name={db}: the
-// nodes a client may send that database's requests to.
+// nodes a client may send that database's requests to. A client adopts a
+// topology only if its Etag is above the one it holds, so the Etag moves
+// with anything in the answer: it is the later of the record's latest
+// change and the node list's (both raft indexes, so it never goes back).
 func (n *Node) handleTopology(w http.ResponseWriter, r *http.Request) {
 	name := r.URL.Query().Get("name")
 	t, err := n.resolve(name)
@@ -104,10 +107,11 @@ func (n *Node) handleTopology(w http.ResponseWriter, r *http.Request) {
 		ServerRole string `json:"ServerRole"`
 	}
 	nodes := []topoNode{}
-	for _, m := range n.fsm.Nodes() {
+	members, changed := n.fsm.NodesAndIndex()
+	for _, m := range members {
 		nodes = append(nodes, topoNode{Url: m.HttpUrl, ClusterTag: m.Tag, Database: t.rec.DatabaseName, ServerRole: "Member"})
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"Nodes": nodes, "Etag": t.rec.Etag})
+	writeJSON(w, http.StatusOK, map[string]any{"Nodes": nodes, "Etag": max(t.rec.Etag, changed)})
 }
 
 func (n *Node) handleListDatabases(w http.ResponseWriter, r *http.Request) {

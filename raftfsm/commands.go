@@ -319,15 +319,21 @@ func applyDeleteDatabase(s *State, _ uint64, c *DeleteDatabase) (any, error) {
 
 var tagPattern = regexp.MustCompile(`^[A-Z]{1,4}$`)
 
-func applyAddNode(s *State, _ uint64, c *AddNode) (any, error) {
+func applyAddNode(s *State, index uint64, c *AddNode) (any, error) {
 	if !tagPattern.MatchString(c.Node.Tag) {
 		return nil, fmt.Errorf("%w: node tag %q: must be 1-4 letters A-Z", ErrInvalid, c.Node.Tag)
 	}
 	n := c.Node
-	if old, ok := s.Nodes[n.Tag]; ok {
+	old, ok := s.Nodes[n.Tag]
+	if ok {
 		n.JoinedAt = old.JoinedAt
 	} else {
 		n.JoinedAt = c.At
+	}
+	// A node re-registering with the same addresses changes nothing a
+	// client sees; a new node or new addresses do.
+	if !ok || old.HttpUrl != n.HttpUrl || old.RaftAddr != n.RaftAddr || old.NatsUrl != n.NatsUrl {
+		s.NodesIndex = index
 	}
 	s.Nodes[n.Tag] = &n
 	return n, nil

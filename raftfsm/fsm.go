@@ -196,6 +196,13 @@ func (f *FSM) RequestFingerprint(id string) (string, bool) {
 
 // Nodes returns the cluster members sorted by tag.
 func (f *FSM) Nodes() []NodeInfo {
+	nodes, _ := f.NodesAndIndex()
+	return nodes
+}
+
+// NodesAndIndex returns the cluster members sorted by tag, and the raft
+// index of the latest change to them (State.NodesIndex), read together.
+func (f *FSM) NodesAndIndex() ([]NodeInfo, uint64) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	out := make([]NodeInfo, 0, len(f.state.Nodes))
@@ -203,7 +210,7 @@ func (f *FSM) Nodes() []NodeInfo {
 		out = append(out, *n)
 	}
 	sortNodes(out)
-	return out
+	return out, f.state.NodesIndex
 }
 
 // Snapshot implements raft.FSM: it serialises the state under the read lock

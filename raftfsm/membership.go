@@ -30,6 +30,7 @@ func applyRemoveNode(s *State, index uint64, c *RemoveNode) (any, error) {
 		}
 	}
 	delete(s.Nodes, c.Tag)
+	s.NodesIndex = index
 	load := map[string]int{}
 	for t := range s.Nodes {
 		load[t] = 0

@@ -119,3 +119,33 @@ func TestRemoveNodeWithoutReplacementSettles(t *testing.T) {
 		t.Fatalf("migration %+v, owner %d", m, rec.ShardOf(b))
 	}
 }
+
+// TestNodesIndexFollowsTheNodeList: NodesIndex is the index of the latest
+// command that changed the node list (a node added, given new addresses,
+// or removed), not of one that re-registers a node as it was or touches
+// only databases; it survives a snapshot.
+func TestNodesIndexFollowsTheNodeList(t *testing.T) {
+	f := threeNodes(t)
+	at := func(want uint64, what string) {
+		t.Helper()
+		if _, got := f.NodesAndIndex(); got != want {
+			t.Fatalf("%s: NodesIndex %d, want %d", what, got, want)
+		}
+	}
+	at(3, "three nodes added")
+	mustApply(t, f, 4, &AddNode{Meta: Meta{At: t0}, Node: NodeInfo{Tag: "C", HttpUrl: "http://127.0.0.1:1", RaftAddr: "127.0.0.1:2"}})
+	at(3, "a node re-registered as it was")
+	mustApply(t, f, 5, &AddNode{Meta: Meta{At: t0}, Node: NodeInfo{Tag: "C", HttpUrl: "http://127.0.0.1:9", RaftAddr: "127.0.0.1:2"}})
+	at(5, "a node re-registered with a new HTTP URL")
+	mustApply(t, f, 6, &CreateDatabase{Meta: Meta{At: t0}, Name: "db", Shards: 2, ReplicationFactor: 2})
+	at(5, "a database created")
+	if r := f.ApplyCommand(7, &RemoveNode{Meta: Meta{At: t0}, Tag: "Q"}); !errors.Is(r.Err, ErrNodeNotFound) {
+		t.Fatalf("removing an unknown node: %v", r.Err)
+	}
+	at(5, "a refused removal")
+	mustApply(t, f, 8, &RemoveNode{Meta: Meta{At: t0}, Tag: "B"})
+	at(8, "a node removed")
+	if _, got := snapshotRoundTrip(t, f).NodesAndIndex(); got != 8 {
+		t.Fatalf("NodesIndex %d after a snapshot, want 8", got)
+	}
+}

@@ -23,6 +23,11 @@ type State struct {
 	// command carried one, its Meta.Fingerprint: what the id was used for.
 	// It is forgotten with the id.
 	RequestFingerprints map[string]string `json:"RequestFingerprints,omitempty"`
+	// NodesIndex is the raft index of the latest change to Nodes (a node
+	// added, removed, or re-registered with other addresses); 0 in a state
+	// restored from a snapshot of a version without it, until the next
+	// change.
+	NodesIndex uint64 `json:"NodesIndex,omitempty"`
 	// Index is the raft index of the last applied entry.
 	Index uint64 `json:"Index"`
 }
