@@ -159,7 +159,7 @@ func Start(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Nod
 		return nil, fmt.Errorf("http.addr %s: %w", cfg.HTTP.Addr, err)
 	}
 	bootstrap := cfg.Raft.Bootstrap && cfg.Raft.Join == ""
-	if n.raft, err = startRaft(cfg.RaftDir(), cfg.Node.Tag, cfg.Raft.Addr, bootstrap, n.fsm, logger); err != nil {
+	if n.raft, err = startRaft(cfg.RaftDir(), cfg.Node.Tag, cfg.Raft.Addr, bootstrap, cfg.Raft.Join != "", n.fsm, logger); err != nil {
 		return nil, err
 	}
 	n.driver = resharding.NewDriver(reshardCluster{n}, n.databaseNames, logger)

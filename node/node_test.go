@@ -398,6 +398,37 @@ func TestRestartKeepsStateAndData(t *testing.T) {
 	}
 }
 
+// TestSingleNodeRestartMovesRaftAddr: a one-node cluster restarted on
+// another raft address (testNode's port 0 gives a new one each start) is not
+// refused like a member of a larger cluster: it is the only voter, elects
+// itself whatever its address, and raft's configuration and the state then
+// hold the new address, so a node that joins later dials the right one.
+func TestSingleNodeRestartMovesRaftAddr(t *testing.T) {
+	dir := t.TempDir()
+	n := testNode(t, dir)
+	old := n.raft.transport.LocalAddr()
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	n2 := testNode(t, dir)
+	now := n2.raft.transport.LocalAddr()
+	if now == old {
+		t.Fatalf("restart kept raft address %s; the test needs another", old)
+	}
+	waitFor(t, 10*time.Second, "raft's configuration and the state to hold the new raft address", func() bool {
+		f := n2.raft.r.GetConfiguration()
+		if f.Error() != nil {
+			return false
+		}
+		servers := f.Configuration().Servers
+		if len(servers) != 1 || servers[0].Address != now {
+			return false
+		}
+		nodes := n2.fsm.Nodes()
+		return len(nodes) == 1 && nodes[0].RaftAddr == string(now)
+	})
+}
+
 func mustJSON(v any) string {
 	b, err := json.Marshal(v)
 	if err != nil {

@@ -34,7 +34,8 @@ type raftNode struct {
 
 // startRaft opens the raft stores under dir and starts raft with fsm. A
 // fresh directory bootstraps a one-node cluster when bootstrap is set.
-func startRaft(dir, tag, addr string, bootstrap bool, fsm *raftfsm.FSM, logger *slog.Logger) (*raftNode, error) {
+// join says raft.join is set (see checkRaftAddr).
+func startRaft(dir, tag, addr string, bootstrap, join bool, fsm *raftfsm.FSM, logger *slog.Logger) (*raftNode, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("raft dir: %w", err)
 	}
@@ -80,6 +81,14 @@ func startRaft(dir, tag, addr string, bootstrap bool, fsm *raftfsm.FSM, logger *
 		store.Close()
 		return nil, fmt.Errorf("start raft: %w", err)
 	}
+	if existing && !join {
+		if err := checkRaftAddr(r, conf.LocalID, transport.LocalAddr()); err != nil {
+			r.Shutdown()
+			transport.Close()
+			store.Close()
+			return nil, err
+		}
+	}
 	if !existing && bootstrap {
 		cfg := raft.Configuration{Servers: []raft.Server{{ID: conf.LocalID, Address: transport.LocalAddr()}}}
 		if err := r.BootstrapCluster(cfg).Error(); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
@@ -91,6 +100,43 @@ func startRaft(dir, tag, addr string, bootstrap bool, fsm *raftfsm.FSM, logger *
 		logger.Info("bootstrapped a new one-node cluster", "tag", tag, "raft", transport.LocalAddr())
 	}
 	return &raftNode{r: r, transport: transport, store: store, leaderCh: leaderCh, existing: existing}, nil
+}
+
+// ErrRaftAddrChanged means the node restarted, without raft.join, with a
+// raft.addr other than the one raft's configuration holds for it, while
+// other voters dial that one: it would never hear from them.
+var ErrRaftAddrChanged = errors.New("raft.addr changed")
+
+// checkRaftAddr refuses a restart whose raft address differs from the one
+// raft's latest configuration holds for this node (id), when the
+// configuration has other voters: they dial the old address, so the node
+// would wait for a leader for ever. The address is in raft's replicated
+// configuration, which only the leader changes (addMember's AddVoter
+// updates it), and a node learns the leader's URL from raft itself, which
+// it never hears. Two restarts may move: a node that is the only voter
+// elects itself whatever its address and re-registers its new one, and a
+// node with raft.join set registers it through that URL (startRaft does
+// not call this then).
+func checkRaftAddr(r *raft.Raft, id raft.ServerID, addr raft.ServerAddress) error {
+	f := r.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return fmt.Errorf("read raft configuration: %w", err)
+	}
+	var held raft.ServerAddress
+	found, others := false, false
+	for _, s := range f.Configuration().Servers {
+		if s.ID == id {
+			held, found = s.Address, true
+		} else if s.Suffrage == raft.Voter {
+			others = true
+		}
+	}
+	if !found || held == addr || !others {
+		return nil
+	}
+	return fmt.Errorf("%w: raft.addr is %s, but the cluster's raft configuration holds node %s at %s, and the other members dial that address, so this node would never hear from a leader; "+
+		"start it with raft.addr %s (--raft-addr) again, or, to move it to %s, start it with raft.join (--join) set to a running member's HTTP URL, through which it registers its new address",
+		ErrRaftAddrChanged, addr, id, held, held, addr)
 }
 
 // propose applies cmd through raft on this node, which must be the leader,

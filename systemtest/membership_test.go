@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/shardnode/shardnode/config"
+	"github.com/shardnode/shardnode/freeport"
 	"github.com/shardnode/shardnode/node"
 	"github.com/shardnode/shardnode/testcluster"
 )
@@ -231,4 +232,59 @@ func TestConcurrentCreatesOfOneNameInOtherCases(t *testing.T) {
 	if len(dbs) != 5 {
 		t.Fatalf("%d databases, want 5", len(dbs))
 	}
+}
+
+// TestRestartWithChangedRaftAddrIsRefused: a member restarted without
+// raft.join on another raft.addr is refused at once, naming both
+// addresses, instead of waiting 60 s for a leader that dials its old
+// address. With raft.join it registers the new address through that URL
+// and serves; raft's configuration then holds the new address.
+func TestRestartWithChangedRaftAddrIsRefused(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{Nodes: 3})
+	leader := c.Leader()
+	victim := c.Members[(leader+1)%3]
+	victim.Stop()
+	ports, err := freeport.Take(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldAddr := fmt.Sprintf("127.0.0.1:%d", victim.RaftPort)
+	newAddr := fmt.Sprintf("127.0.0.1:%d", ports[0])
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	start := time.Now()
+	err = victim.StartInProcess(ctx, func(cfg *config.Config) {
+		cfg.Raft.Addr = newAddr
+		cfg.Raft.Join = ""
+	})
+	took := time.Since(start)
+	if !errors.Is(err, node.ErrRaftAddrChanged) {
+		t.Fatalf("restart with raft.addr %s (was %s), no raft.join: %v, want ErrRaftAddrChanged", newAddr, oldAddr, err)
+	}
+	for _, want := range []string{"raft.addr", oldAddr, newAddr, "raft.join"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Fatalf("error does not name %q: %v", want, err)
+		}
+	}
+	if took > 5*time.Second {
+		t.Fatalf("refused after %v, want at once", took)
+	}
+	t.Logf("refused after %v: %v", took.Round(time.Millisecond), err)
+
+	if err := victim.StartInProcess(ctx, func(cfg *config.Config) { cfg.Raft.Addr = newAddr }); err != nil {
+		t.Fatalf("restart with raft.addr %s and raft.join: %v", newAddr, err)
+	}
+	testcluster.WaitFor(t, 10*time.Second, "the cluster to list node "+victim.Tag+" at "+newAddr, func() error {
+		r, err := testcluster.Expect(200, "GET", c.URL(leader)+"/cluster", "")
+		if err != nil {
+			return err
+		}
+		want := fmt.Sprintf(`"Tag":%q,"HttpUrl":%q,"RaftAddr":%q`, victim.Tag, victim.URL(), newAddr)
+		if !strings.Contains(string(r.Body), want) {
+			return fmt.Errorf("no %s in %s", want, r.Body)
+		}
+		return nil
+	})
+	testcluster.Must(t, 201, "PUT", c.URL(leader)+"/admin/databases/db", `{"Shards":1,"ReplicationFactor":3}`)
+	testcluster.Must(t, 201, "PUT", victim.URL()+"/databases/db/docs?id=a&waitForReplicas=3", `{"v":1}`)
 }
