@@ -68,6 +68,33 @@ func (n *Node) handleGetDocs(w http.ResponseWriter, r *http.Request) {
 		n.handleListDocs(w, r, t) // RavenDB's listing: by prefix, or the latest
 		return
 	}
+	metadataOnly, err := metadataOnlyParam(r.URL.RawQuery)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	n.answerIDs(w, r, t, ids, metadataOnly)
+}
+
+// metadataOnlyParam reads the metadataOnly query parameter of a GET by
+// ids: true or false, false when absent or empty.
+func metadataOnlyParam(rawQuery string) (bool, error) {
+	var one [1]string
+	vs := queryValues(one[:0], rawQuery, "metadataOnly")
+	if len(vs) == 0 || vs[0] == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(vs[0])
+	if err != nil {
+		return false, badRequest("metadataOnly %q: must be true or false", vs[0])
+	}
+	return b, nil
+}
+
+// answerIDs answers a GET of ids: the documents in the order of ids, null
+// for a missing one, a 404 when the only id asked for is missing; with
+// metadataOnly, each document's @metadata alone.
+func (n *Node) answerIDs(w http.ResponseWriter, r *http.Request, t target, ids []string, metadataOnly bool) {
 	if len(ids) > maxIDsPerGet {
 		writeError(w, badRequest("%d ids asked for; at most %d per request", len(ids), maxIDsPerGet))
 		return
@@ -112,6 +139,11 @@ func (n *Node) handleGetDocs(w http.ResponseWriter, r *http.Request) {
 		if d == nil {
 			out = append(out, "null"...)
 			continue
+		}
+		if metadataOnly {
+			md := *d
+			md.Body = nil // rendered as {} plus @metadata
+			d = &md
 		}
 		out = renderDoc(out, d, d.Bucket, shards[i])
 	}
