@@ -41,6 +41,7 @@ func (n *Node) routes() http.Handler {
 	mux.HandleFunc("GET /admin/databases/{db}", n.handleGetDatabase)
 	mux.HandleFunc("DELETE /admin/databases/{db}", n.handleDeleteDatabase)
 	mux.HandleFunc("GET /databases/{db}/docs", n.handleGetDocs)
+	mux.HandleFunc("POST /databases/{db}/docs", n.handlePostGetDocs)
 	mux.HandleFunc("PUT /databases/{db}/docs", n.handlePutDoc)
 	mux.HandleFunc("DELETE /databases/{db}/docs", n.handleDeleteDoc)
 	mux.HandleFunc("POST /databases/{db}/bulk_docs", n.handleBulkDocs)
@@ -92,13 +93,13 @@ func (n *Node) untilReady(next http.Handler) http.Handler {
 }
 
 // writes reports whether a request may change data or state: everything
-// but reads and queries.
+// but reads, queries and POST /docs (a GET by ids).
 func writes(r *http.Request) bool {
 	switch r.Method {
 	case http.MethodGet, http.MethodHead:
 		return false
 	case http.MethodPost:
-		return !strings.HasSuffix(r.URL.Path, "/queries")
+		return !strings.HasSuffix(r.URL.Path, "/queries") && !strings.HasSuffix(r.URL.Path, "/docs")
 	}
 	return true
 }

@@ -1,7 +1,9 @@
 package node
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -76,6 +78,69 @@ func (n *Node) handleGetDocs(w http.ResponseWriter, r *http.Request) {
 	n.answerIDs(w, r, t, ids, metadataOnly)
 }
 
+// maxMultiGetBody bounds POST /docs's body: 1024 ids of 512 bytes, each
+// byte written as a six-character JSON escape at worst, and some room.
+const maxMultiGetBody = 4 << 20
+
+// handlePostGetDocs answers POST /docs, RavenDB's clients' GET by ids
+// when the ids would make the URL too long: the ids come as the body's
+// {"Ids": [...]}, the other parameters (metadataOnly; RavenDB's loadHash,
+// which names the ids for its HTTP cache, is ignored) in the query
+// string, and the answer is the GET's with those ids.
+func (n *Node) handlePostGetDocs(w http.ResponseWriter, r *http.Request) {
+	t, err := n.resolve(r.PathValue("db"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if len(queryValues(nil, r.URL.RawQuery, "id")) > 0 {
+		writeError(w, badRequest(`POST /docs takes its ids in the body's "Ids", not as id in the query string`))
+		return
+	}
+	metadataOnly, err := metadataOnlyParam(r.URL.RawQuery)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	raw, err := readBody(r, maxMultiGetBody)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	ids, err := parseMultiGet(raw)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	n.answerIDs(w, r, t, ids, metadataOnly)
+}
+
+// parseMultiGet reads POST /docs's body, {"Ids": ["a", "b", ...]}.
+func parseMultiGet(raw []byte) ([]string, error) {
+	var body struct {
+		Ids []*string `json:"Ids"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil {
+		return nil, badRequest(`body: %v (want {"Ids": ["id", ...]})`, err)
+	}
+	if dec.More() {
+		return nil, badRequest(`body: data after the JSON object (want {"Ids": ["id", ...]})`)
+	}
+	if len(body.Ids) == 0 {
+		return nil, badRequest(`body: "Ids" is missing or empty (want {"Ids": ["id", ...]})`)
+	}
+	ids := make([]string, len(body.Ids))
+	for i, id := range body.Ids {
+		if id == nil {
+			return nil, badRequest(`body: "Ids"[%d] is null; every id must be a string`, i)
+		}
+		ids[i] = *id
+	}
+	return ids, nil
+}
+
 // metadataOnlyParam reads the metadataOnly query parameter of a GET by
 // ids: true or false, false when absent or empty.
 func metadataOnlyParam(rawQuery string) (bool, error) {
@@ -91,9 +156,10 @@ func metadataOnlyParam(rawQuery string) (bool, error) {
 	return b, nil
 }
 
-// answerIDs answers a GET of ids: the documents in the order of ids, null
-// for a missing one, a 404 when the only id asked for is missing; with
-// metadataOnly, each document's @metadata alone.
+// answerIDs answers a GET of ids (from the query string or a POST's
+// body): the documents in the order of ids, null for a missing one, a 404
+// when the only id asked for is missing; with metadataOnly, each
+// document's @metadata alone.
 func (n *Node) answerIDs(w http.ResponseWriter, r *http.Request, t target, ids []string, metadataOnly bool) {
 	if len(ids) > maxIDsPerGet {
 		writeError(w, badRequest("%d ids asked for; at most %d per request", len(ids), maxIDsPerGet))

@@ -2,6 +2,7 @@ package node
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -43,6 +44,74 @@ func TestGetByIDMetadataOnly(t *testing.T) {
 		r := c.must(400, "GET", "/databases/shop/docs?"+q, "")
 		if !strings.Contains(string(r.Body), "metadataOnly") || !strings.Contains(string(r.Body), `"Type":"BadRequest"`) {
 			t.Fatalf("%s: %s", q, r.Body)
+		}
+	}
+	if after := c.must(200, "GET", "/databases/shop/stats", "").Body; !bytes.Equal(before, after) {
+		t.Fatalf("bad requests changed the database:\n%s\n%s", before, after)
+	}
+}
+
+// TestPostGetDocs: POST /docs with {"Ids": [...]}, which RavenDB's clients
+// send when the ids make the URL too long, answers as the GET with those
+// ids does: same results, nulls, 404, metadataOnly, limits and errors.
+func TestPostGetDocs(t *testing.T) {
+	n := testNode(t, t.TempDir())
+	c := client{t, n.HTTPURL()}
+	c.must(201, "PUT", "/admin/databases/shop", `{"Shards": 3}`)
+	for i := range 5 {
+		c.must(201, "PUT", fmt.Sprintf("/databases/shop/docs?id=users/%d", i), fmt.Sprintf(`{"N":%d,"@metadata":{"@collection":"Users"}}`, i))
+	}
+	idsBody := func(ids ...string) string {
+		b, _ := json.Marshal(map[string]any{"Ids": ids})
+		return string(b)
+	}
+	for _, ids := range [][]string{{"users/3", "nope", "USERS/0"}, {"users/1"}, {"users/4", "users/2"}} {
+		for _, extra := range []string{"", "metadataOnly=true"} {
+			var qs []string
+			for _, id := range ids {
+				qs = append(qs, "id="+id)
+			}
+			if extra != "" {
+				qs = append(qs, extra)
+			}
+			get := c.must(200, "GET", "/databases/shop/docs?"+strings.Join(qs, "&"), "")
+			post := c.must(200, "POST", "/databases/shop/docs?loadHash=12345&"+extra, idsBody(ids...))
+			if !bytes.Equal(get.Body, post.Body) {
+				t.Fatalf("ids %v %s:\nGET  %s\nPOST %s", ids, extra, get.Body, post.Body)
+			}
+		}
+	}
+	// One missing id: 404, as the GET.
+	if r := c.must(404, "POST", "/databases/shop/docs", idsBody("nope")); !strings.Contains(string(r.Body), "DocumentDoesNotExist") {
+		t.Fatalf("one missing id: %s", r.Body)
+	}
+	// As many ids as a GET takes, and no more.
+	many := make([]string, maxIDsPerGet)
+	for i := range many {
+		many[i] = fmt.Sprintf("users/%d", i)
+	}
+	res := c.must(200, "POST", "/databases/shop/docs", idsBody(many...)).json(t)["Results"].([]any)
+	if len(res) != maxIDsPerGet || res[0] == nil || res[5] != nil {
+		t.Fatalf("%d ids: %d results, first %v, sixth %v", maxIDsPerGet, len(res), res[0], res[5])
+	}
+	before := c.must(200, "GET", "/databases/shop/stats", "").Body
+	for _, bad := range []struct{ query, body, want string }{
+		{"", idsBody(append(many, "users/x")...), "at most 1024"},
+		{"", `{"Ids":[]}`, "is missing or empty"},
+		{"", `{}`, "is missing or empty"},
+		{"", ``, "body"},
+		{"", `{"Ids":["a",null]}`, "null"},
+		{"", `{"Ids":[1]}`, "Ids"},
+		{"", `{"Ids":"a"}`, "Ids"},
+		{"", `{"Ids":["a"],"Other":1}`, "Other"},
+		{"", `{"Ids":["a"]} {}`, "after the JSON object"},
+		{"", `{"Ids":["a",""]}`, "document id"},
+		{"metadataOnly=bogus", idsBody("users/1"), "metadataOnly"},
+		{"id=users/1", idsBody("users/1"), "query string"},
+	} {
+		r := c.must(400, "POST", "/databases/shop/docs?"+bad.query, bad.body)
+		if !strings.Contains(string(r.Body), bad.want) || !strings.Contains(string(r.Body), `"Type":"BadRequest"`) {
+			t.Fatalf("POST ?%s %.60s: %s, want it to name %q", bad.query, bad.body, r.Body, bad.want)
 		}
 	}
 	if after := c.must(200, "GET", "/databases/shop/stats", "").Body; !bytes.Equal(before, after) {
