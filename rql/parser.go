@@ -289,6 +289,17 @@ func (p *parser) parseField() ([]string, error) {
 	}
 }
 
+// jsonKind names the JSON type of a decoded parameter value for an error.
+func jsonKind(v any) string {
+	switch v.(type) {
+	case []any:
+		return "a JSON array"
+	case map[string]any:
+		return "a JSON object"
+	}
+	return fmt.Sprintf("of Go type %T", v)
+}
+
 // parseValue parses a literal or $param, normalized to nil, bool, float64
 // or string.
 func (p *parser) parseValue() (any, error) {
@@ -310,7 +321,7 @@ func (p *parser) parseValue() (any, error) {
 		}
 		k, n := classify(raw)
 		if k > kindString {
-			return nil, p.errAt(t.pos, "parameter $%s has unsupported type %T", t.str, raw)
+			return nil, p.errAt(t.pos, "parameter $%s is %s: a parameter must be null, a bool, a number or a string (arrays and objects are not supported)", t.str, jsonKind(raw))
 		}
 		v = n
 	default:

@@ -106,7 +106,7 @@ func TestParseFields(t *testing.T) {
 }
 
 func TestParseErrors(t *testing.T) {
-	params := map[string]any{"p0": 1, "s": "x", "obj": map[string]any{}}
+	params := map[string]any{"p0": 1, "s": "x", "obj": map[string]any{}, "arr": []any{"a", "b"}}
 	tests := []struct {
 		in  string
 		pos int
@@ -163,7 +163,8 @@ func TestParseErrors(t *testing.T) {
 		{"from Orders where A = -", 22, "unexpected character '-'"},
 		{"from Orders where A = $p9", 22, "unknown parameter $p9"},
 		{"from Orders where A = $", 22, "expected parameter name after '$'"},
-		{"from Orders where A = $obj", 22, "parameter $obj has unsupported type map[string]interface {}"},
+		{"from Orders where A = $obj", 22, "parameter $obj is a JSON object: a parameter must be null, a bool, a number or a string"},
+		{"from Orders where A = $arr", 22, "parameter $arr is a JSON array: a parameter must be null, a bool, a number or a string (arrays and objects are not supported)"},
 	}
 	for _, tt := range tests {
 		q, err := Parse(tt.in, params)
