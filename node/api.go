@@ -8,6 +8,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/pprof"
+	"net/url"
+	"path"
 	"strconv"
 	"strings"
 
@@ -61,7 +63,47 @@ func (n *Node) routes() http.Handler {
 		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	}
-	return n.metrics.instrument(n.untilReady(mux))
+	return n.metrics.instrument(n.untilReady(wellFormed(mux)))
+}
+
+// wellFormed refuses, with JSON errors as every other, what ServeMux and
+// url.Query would not refuse as such: a path that is not canonical (`//`,
+// `.` or `..` segments), which ServeMux redirects with an HTML body (and
+// a 307 that would make a client send a write again elsewhere), and a
+// query string that does not parse (a bad percent-escape, a `;`), whose
+// pairs url.Query drops silently, so that `id=a%zzb` read as no id.
+func wellFormed(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if p := r.URL.EscapedPath(); r.Method != http.MethodConnect && cleanPath(p) != p {
+			writeError(w, &apiError{Status: http.StatusNotFound, Type: "RouteNotFound",
+				Msg: fmt.Sprintf("path %q is not canonical (an empty, . or .. segment); did you mean %q?", p, cleanPath(p))})
+			return
+		}
+		if q := r.URL.RawQuery; strings.ContainsAny(q, "%;") {
+			if _, err := url.ParseQuery(q); err != nil {
+				writeError(w, badRequest("malformed query string: %v", err))
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// cleanPath is the canonical form of an escaped path, as ServeMux makes it
+// before it redirects: . and .. resolved, runs of / made one, a trailing /
+// kept.
+func cleanPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	if p[0] != '/' {
+		p = "/" + p
+	}
+	np := path.Clean(p)
+	if p[len(p)-1] == '/' && np != "/" {
+		np += "/"
+	}
+	return np
 }
 
 // untilReady answers requests about databases with 503 NodeStarting until
