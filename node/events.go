@@ -43,13 +43,20 @@ func (n *Node) handleEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	ch, stop := n.fsm.Watch()
 	defer stop()
-	rec := t.rec
+	// last is the raft index this stream has seen the database as of:
+	// every change of it after last is still to send. It follows the
+	// applied index, not the record's Etag, so a database that does not
+	// change keeps up with the journal while others fill it.
+	rec, last, ok := n.fsm.RecordAt(db)
+	if !ok {
+		send("deleted", last, map[string]string{"Database": db})
+		return
+	}
 	for _, op := range rec.Sharding.Resharding {
 		if !send("operation", rec.Etag, viewOperation(rec, op)) {
 			return
 		}
 	}
-	last := rec.Etag // every change of this database after it is still to send
 	keepalive := time.NewTicker(15 * time.Second)
 	defer keepalive.Stop()
 	for {
@@ -64,13 +71,13 @@ func (n *Node) handleEvents(w http.ResponseWriter, r *http.Request) {
 			}
 			flusher.Flush()
 		case <-ch:
-			changes, complete := n.fsm.Changes(db, last)
+			changes, through, complete := n.fsm.Changes(db, last)
 			if !complete {
 				// This stream fell too far behind the journal: say so, and
 				// send the current state instead of the steps missed.
-				cur := n.recordOf(db)
-				if cur == nil {
-					send("deleted", n.fsm.AppliedIndex(), map[string]string{"Database": db})
+				cur, at, ok := n.fsm.RecordAt(db)
+				if !ok {
+					send("deleted", at, map[string]string{"Database": db})
 					return
 				}
 				if !send("resync", cur.Etag, map[string]string{"Database": db, "Reason": "this stream fell behind; what follows is the current state, steps in between were not sent"}) {
@@ -86,7 +93,7 @@ func (n *Node) handleEvents(w http.ResponseWriter, r *http.Request) {
 						return
 					}
 				}
-				last = max(last, cur.Etag)
+				last = max(last, at) // cur is the database as of at
 				continue
 			}
 			for _, c := range changes {
@@ -105,6 +112,8 @@ func (n *Node) handleEvents(w http.ResponseWriter, r *http.Request) {
 				}
 				last = c.Index
 			}
+			// The batch held every change of the database up to through.
+			last = max(last, through)
 		}
 	}
 }

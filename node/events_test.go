@@ -134,3 +134,72 @@ func TestCancelResharding(t *testing.T) {
 		c.must(200, "GET", fmt.Sprintf("/databases/db/docs?id=users/%d", i), "")
 	}
 }
+
+// TestEventsQuietDatabaseKeepsUpWithTheJournal: while another database
+// makes more changes than the FSM's journal holds (raftfsm's maxChanges,
+// 8,192), the stream of a database that does not change keeps up with the
+// journal: it sends no resync, and then sends the database's next change.
+func TestEventsQuietDatabaseKeepsUpWithTheJournal(t *testing.T) {
+	n := testNode(t, t.TempDir())
+	c := client{t, n.HTTPURL()}
+	c.must(201, "PUT", "/admin/databases/quiet", `{"Shards": 2}`)
+	c.must(201, "PUT", "/admin/databases/busy", `{"Shards": 2}`)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", n.HTTPURL()+"/databases/quiet/events", nil)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+
+	// Each start of an operation over buckets its target already owns
+	// completes as it applies: one journal change of "busy" per command.
+	const changes, workers = 8192 + 300, 8
+	errs := make(chan error, workers)
+	for w := 0; w < workers; w++ {
+		go func() {
+			for i := w; i < changes; i += workers {
+				r, err := http.Post(n.HTTPURL()+"/databases/busy/resharding", "application/json",
+					strings.NewReader(`{"FromBucket": 0, "ToBucket": 0, "ToShard": 0}`))
+				if err != nil {
+					errs <- err
+					return
+				}
+				r.Body.Close()
+				if r.StatusCode != http.StatusAccepted {
+					errs <- fmt.Errorf("start operation on busy: status %d", r.StatusCode)
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for w := 0; w < workers; w++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	id := c.must(202, "POST", "/databases/quiet/resharding", `{"FromBucket": 0, "ToBucket": 0, "ToShard": 0}`).json(t)["OperationId"].(string)
+
+	sc := bufio.NewScanner(res.Body)
+	var event string
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "event: "):
+			event = line[7:]
+		case strings.HasPrefix(line, "data: "):
+			switch event {
+			case "resync":
+				t.Fatalf("resync on a database that did not change: %s", line)
+			case "operation":
+				if strings.Contains(line, id) {
+					return
+				}
+			}
+		}
+	}
+	t.Fatalf("stream ended (%v) before the quiet database's operation %s", sc.Err(), id)
+}

@@ -175,7 +175,7 @@ func (n *Node) observeMigrations(ctx context.Context) {
 			return
 		case <-ch:
 		}
-		changes, complete := n.fsm.AllChanges(last)
+		changes, through, complete := n.fsm.AllChanges(last)
 		if !complete {
 			clear(seen)
 		}
@@ -195,7 +195,9 @@ func (n *Node) observeMigrations(ctx context.Context) {
 			}
 			n.metrics.observeStep(seen, c, now)
 		}
-		last = max(last, n.fsm.AppliedIndex())
+		// through, not AppliedIndex: a command applied since AllChanges
+		// read would be skipped.
+		last = max(last, through)
 	}
 }
 

@@ -146,10 +146,15 @@ func OperationMigrations(rec *DatabaseRecord, id string) []*BucketMigration {
 }
 
 // Changes returns database db's changes made after index, oldest first.
-// complete is false when the journal no longer reaches back to index (the
-// watcher fell behind by more than maxChanges, or the FSM restored a
-// snapshot since): the caller should compare records instead.
-func (f *FSM) Changes(db string, after uint64) (changes []Change, complete bool) {
+// through is the last applied index when it looked: the answer holds
+// every change of db up to through, so a watcher has seen the database
+// as of through and asks after it next, even when db itself did not
+// change (a quiet database's watcher would otherwise stay behind while
+// other databases fill the journal, and find it incomplete). complete is
+// false when the journal no longer reaches back to index (the watcher fell
+// behind by more than maxChanges, or the FSM restored a snapshot since):
+// the caller should compare records instead.
+func (f *FSM) Changes(db string, after uint64) (changes []Change, through uint64, complete bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	j := f.journal
@@ -159,15 +164,15 @@ func (f *FSM) Changes(db string, after uint64) (changes []Change, complete bool)
 			changes = append(changes, c)
 		}
 	}
-	return changes, after >= j.complete
+	return changes, f.state.Index, after >= j.complete
 }
 
 // AllChanges returns every database's changes made after index, oldest
-// first; complete is as for Changes.
-func (f *FSM) AllChanges(after uint64) (changes []Change, complete bool) {
+// first; through and complete are as for Changes.
+func (f *FSM) AllChanges(after uint64) (changes []Change, through uint64, complete bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	j := f.journal
 	i, _ := slices.BinarySearchFunc(j.changes, after+1, func(c Change, idx uint64) int { return cmp.Compare(c.Index, idx) })
-	return slices.Clone(j.changes[i:]), after >= j.complete
+	return slices.Clone(j.changes[i:]), f.state.Index, after >= j.complete
 }

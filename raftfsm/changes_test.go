@@ -31,18 +31,18 @@ func TestChangesListEveryStep(t *testing.T) {
 	mustApply(t, f, 8, &DestinationMigrationConfirm{Database: "db", Bucket: b, MigrationIndex: 5, Node: "A"})
 	mustApply(t, f, 9, &SourceMigrationCleanup{Database: "db", Bucket: b, MigrationIndex: 5, Node: "A"})
 	mustApply(t, f, 10, &SourceMigrationCleanup{Database: "db", Bucket: b, MigrationIndex: 5, Node: "B"})
-	got, complete := f.Changes("db", 4)
+	got, _, complete := f.Changes("db", 4)
 	if want := "5:10:Moving 6:10:Moved 8:10:OwnershipTransferred 10:10:Completed"; steps(got) != want || !complete {
 		t.Fatalf("changes %q (complete %v), want %q", steps(got), complete, want)
 	}
-	if got, _ := f.Changes("db", 6); steps(got) != "8:10:OwnershipTransferred 10:10:Completed" {
+	if got, _, _ := f.Changes("db", 6); steps(got) != "8:10:OwnershipTransferred 10:10:Completed" {
 		t.Fatalf("changes after 6: %q", steps(got))
 	}
-	if got, _ := f.Changes("other", 0); len(got) != 0 {
-		t.Fatalf("another database's changes: %q", steps(got))
+	if got, through, _ := f.Changes("other", 0); len(got) != 0 || through != 10 {
+		t.Fatalf("another database's changes: %q through %d, want none through 10", steps(got), through)
 	}
 	mustApply(t, f, 11, &DeleteDatabase{Name: "db"})
-	if got, _ := f.Changes("db", 10); steps(got) != "11:deleted" {
+	if got, _, _ := f.Changes("db", 10); steps(got) != "11:deleted" {
 		t.Fatalf("after delete: %q", steps(got))
 	}
 }
@@ -60,11 +60,11 @@ func TestChangesAfterRestoreAreIncomplete(t *testing.T) {
 	if err := g.Restore(nopCloser{bytes.NewReader(b)}); err != nil {
 		t.Fatal(err)
 	}
-	if _, complete := g.Changes("db", 4); complete {
+	if _, _, complete := g.Changes("db", 4); complete {
 		t.Fatal("a journal started by a restore at 5 claims to be complete after 4")
 	}
 	mustApply(t, g, 6, &SourceMigrationSendCompleted{Database: "db", Bucket: 10, MigrationIndex: 5, LastSourceChangeVector: "A:3-x"})
-	if got, complete := g.Changes("db", 5); steps(got) != "6:10:Moved" || !complete {
+	if got, _, complete := g.Changes("db", 5); steps(got) != "6:10:Moved" || !complete {
 		t.Fatalf("after restore: %q %v", steps(got), complete)
 	}
 }
@@ -79,10 +79,10 @@ func TestJournalDropsOldestAndSaysSo(t *testing.T) {
 		j.add([]Change{{Index: uint64(i), Database: "db", Kind: ChangeOperation}})
 	}
 	f := &FSM{state: newState(), journal: j}
-	if _, complete := f.Changes("db", 5); complete {
+	if _, _, complete := f.Changes("db", 5); complete {
 		t.Fatal("changes after 5 claimed complete after 10 were dropped")
 	}
-	got, complete := f.Changes("db", 10)
+	got, _, complete := f.Changes("db", 10)
 	if !complete || len(got) != maxChanges || got[0].Index != 11 {
 		t.Fatalf("after 10: %d changes from %d, complete %v", len(got), got[0].Index, complete)
 	}

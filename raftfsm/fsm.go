@@ -149,6 +149,17 @@ func (f *FSM) Record(name string) (*DatabaseRecord, bool) {
 	return r, ok
 }
 
+// RecordAt returns the named record as Record does, with the last applied
+// index, read together: the record reflects every command up to index, so
+// a watcher that starts from it has nothing of the database to catch up
+// on before index.
+func (f *FSM) RecordAt(name string) (rec *DatabaseRecord, index uint64, ok bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	rec, ok = f.state.Databases[name]
+	return rec, f.state.Index, ok
+}
+
 // Records returns every record without copying (see Record), sorted by
 // name. Callers must not modify them.
 func (f *FSM) Records() []*DatabaseRecord {
