@@ -225,7 +225,7 @@ func (n *Node) handleStartResharding(w http.ResponseWriter, r *http.Request) {
 		id = operationIDFor(t.rec.DatabaseName, rid)
 	}
 	cmd := &raftfsm.StartResharding{Meta: raftfsm.Meta{At: time.Now().UTC(), RequestID: r.Header.Get("Request-Id")}, Database: t.rec.DatabaseName,
-		OperationID: id, FromBucket: *req.FromBucket, ToBucket: *req.ToBucket, ToShard: *req.ToShard, AwaitsRange: true}
+		OperationID: id, FromBucket: *req.FromBucket, ToBucket: *req.ToBucket, ToShard: *req.ToShard, AwaitsRange: true, SettledTotal: true}
 	if _, err := n.proposeIndex(r.Context(), cmd); err != nil {
 		writeError(w, err)
 		return

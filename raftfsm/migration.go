@@ -153,6 +153,14 @@ type StartResharding struct {
 	ToShard     int    `json:"ToShard"`
 	// AwaitsRange sets ReshardingOperation.AwaitsRange.
 	AwaitsRange bool `json:"AwaitsRange,omitempty"`
+	// SettledTotal counts in BucketsTotal each bucket of the range whose
+	// migration in flight, if any, leaves it off ToShard: the buckets
+	// this operation itself will move, so BucketsDone reaches it. Set by
+	// proposers of this version; an entry logged without it replays with
+	// the older count (the range's buckets ToShard does not own, plus the
+	// migrations leaving ToShard), which counts a flipped bucket leaving
+	// ToShard twice and one arriving on ToShard once too often.
+	SettledTotal bool `json:"SettledTotal,omitempty"`
 }
 
 // Type implements Command.
@@ -492,11 +500,15 @@ func applyStartResharding(s *State, index uint64, c *StartResharding) (any, erro
 		op := &ReshardingOperation{ID: c.OperationID, FromBucket: c.FromBucket, ToBucket: c.ToBucket, ToShard: c.ToShard,
 			Status: OperationRunning, StartedAt: c.At, StartIndex: index, AwaitsRange: c.AwaitsRange}
 		op.BucketsTotal = int64(c.ToBucket-c.FromBucket) + 1 - r.bucketsOwnedIn(c.ToShard, c.FromBucket, c.ToBucket)
-		// A bucket on its way from the target elsewhere (a cancelled
-		// operation's last migration) has to come back: it counts.
-		for _, m := range r.Sharding.BucketMigrations {
-			if op.leaves(m) && m.SourceShard == c.ToShard {
-				op.BucketsTotal++
+		if c.SettledTotal {
+			op.BucketsTotal += r.settlingOnto(c.ToShard, c.FromBucket, c.ToBucket)
+		} else {
+			// A bucket on its way from the target elsewhere (a cancelled
+			// operation's last migration) has to come back: it counts.
+			for _, m := range r.Sharding.BucketMigrations {
+				if op.leaves(m) && m.SourceShard == c.ToShard {
+					op.BucketsTotal++
+				}
 			}
 		}
 		r.Sharding.Resharding[c.OperationID] = op
@@ -516,6 +528,30 @@ func (r *DatabaseRecord) bucketsOwnedIn(shard int, from, to uint32) int64 {
 			continue
 		}
 		n += int64(min(t, to)-max(f, from)) + 1
+	}
+	return n
+}
+
+// settlingOnto is how many more buckets of [from, to] shard will not own,
+// compared with now, once the migrations in flight end: +1 for each that
+// shard owns and a migration takes elsewhere (a cancelled operation's
+// last one, not yet flipped: it has to come back), -1 for each another
+// shard owns and a migration brings to shard (it needs no move). A
+// migration that already flipped, or that moves leftovers to the owner,
+// changes nothing.
+func (r *DatabaseRecord) settlingOnto(shard int, from, to uint32) int64 {
+	var n int64
+	for _, m := range r.Sharding.BucketMigrations {
+		if m.Bucket < from || m.Bucket > to {
+			continue
+		}
+		owned, lands := r.ShardOf(m.Bucket) == shard, m.DestinationShard == shard
+		switch {
+		case owned && !lands:
+			n++
+		case !owned && lands:
+			n--
+		}
 	}
 	return n
 }

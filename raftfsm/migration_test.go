@@ -256,3 +256,71 @@ func TestOperationBackOverACancelledOnesBucketInFlight(t *testing.T) {
 		t.Fatalf("an operation logged without AwaitsRange: %+v", op)
 	}
 }
+
+// TestSettledTotalOverACancelledOperation: an operation started with
+// SettledTotal over a cancelled operation's range counts each bucket it
+// will move once, so it ends Completed with BucketsDone == BucketsTotal:
+// a bucket that already flipped off the target is not counted twice, and
+// one still on its way onto the target is not counted at all. The same
+// commands without SettledTotal replay with the older counts.
+func TestSettledTotalOverACancelledOperation(t *testing.T) {
+	for _, settled := range []bool{true, false} {
+		// A bucket of the cancelled operation flipped away from the
+		// target, its source not yet cleaned up: it comes back, once.
+		f := migrationFixture(t)
+		mustApply(t, f, 5, &StartResharding{Database: "db", OperationID: "there", FromBucket: 0, ToBucket: 20, ToShard: 1, AwaitsRange: true})
+		mustApply(t, f, 6, &StartBucketMigration{Database: "db", Bucket: 3, SourceShard: 0, DestinationShard: 1, OperationID: "there"})
+		mustApply(t, f, 7, &CancelResharding{Database: "db", OperationID: "there"})
+		mustApply(t, f, 8, &SourceMigrationSendCompleted{Database: "db", Bucket: 3, MigrationIndex: 6, LastSourceChangeVector: "A:1-x"})
+		mustApply(t, f, 9, &DestinationMigrationConfirm{Database: "db", Bucket: 3, MigrationIndex: 6, Node: "B"})
+		mustApply(t, f, 10, &DestinationMigrationConfirm{Database: "db", Bucket: 3, MigrationIndex: 6, Node: "C"})
+		back := mustApply(t, f, 11, &StartResharding{Database: "db", OperationID: "back", FromBucket: 0, ToBucket: 20, ToShard: 0, AwaitsRange: true, SettledTotal: settled}).Value.(*ReshardingOperation)
+		if want := map[bool]int64{true: 1, false: 2}[settled]; back.BucketsTotal != want {
+			t.Fatalf("SettledTotal %v: operation back over a flipped bucket counts %d, want %d", settled, back.BucketsTotal, want)
+		}
+		if !settled {
+			continue
+		}
+		mustApply(t, f, 12, &SourceMigrationCleanup{Database: "db", Bucket: 3, MigrationIndex: 6, Node: "A"})
+		mustApply(t, f, 13, &SourceMigrationCleanup{Database: "db", Bucket: 3, MigrationIndex: 6, Node: "B"})
+		mustApply(t, f, 14, &StartBucketMigration{Database: "db", Bucket: 3, SourceShard: 1, DestinationShard: 0, OperationID: "back"})
+		mustApply(t, f, 15, &SourceMigrationSendCompleted{Database: "db", Bucket: 3, MigrationIndex: 14, LastSourceChangeVector: "B:1-y"})
+		mustApply(t, f, 16, &DestinationMigrationConfirm{Database: "db", Bucket: 3, MigrationIndex: 14, Node: "A"})
+		mustApply(t, f, 17, &DestinationMigrationConfirm{Database: "db", Bucket: 3, MigrationIndex: 14, Node: "B"})
+		mustApply(t, f, 18, &SourceMigrationCleanup{Database: "db", Bucket: 3, MigrationIndex: 14, Node: "B"})
+		mustApply(t, f, 19, &SourceMigrationCleanup{Database: "db", Bucket: 3, MigrationIndex: 14, Node: "C"})
+		rec, _ := f.Record("db")
+		if op := rec.Sharding.Resharding["back"]; op.Status != OperationCompleted || op.BucketsDone != op.BucketsTotal {
+			t.Fatalf("operation back after it moved bucket 3: %+v", op)
+		}
+	}
+	for _, settled := range []bool{true, false} {
+		// Cancel, then resume in the same direction while the cancelled
+		// operation still moves a bucket onto the target: that bucket
+		// is the cancelled operation's, not the new one's.
+		f := migrationFixture(t)
+		mustApply(t, f, 5, &StartResharding{Database: "db", OperationID: "there", FromBucket: 0, ToBucket: 20, ToShard: 1, AwaitsRange: true})
+		mustApply(t, f, 6, &StartBucketMigration{Database: "db", Bucket: 3, SourceShard: 0, DestinationShard: 1, OperationID: "there"})
+		mustApply(t, f, 7, &CancelResharding{Database: "db", OperationID: "there"})
+		again := mustApply(t, f, 8, &StartResharding{Database: "db", OperationID: "again", FromBucket: 0, ToBucket: 20, ToShard: 1, AwaitsRange: true, SettledTotal: settled}).Value.(*ReshardingOperation)
+		if want := map[bool]int64{true: 20, false: 21}[settled]; again.BucketsTotal != want {
+			t.Fatalf("SettledTotal %v: resumed operation counts %d, want %d", settled, again.BucketsTotal, want)
+		}
+		if !settled {
+			continue
+		}
+		mustApply(t, f, 9, &MoveEmptyBuckets{Database: "db", SourceShard: 0, DestinationShard: 1, OperationID: "again", Spans: []BucketSpan{{From: 0, To: 2}, {From: 4, To: 20}}})
+		mustApply(t, f, 10, &SourceMigrationSendCompleted{Database: "db", Bucket: 3, MigrationIndex: 6, LastSourceChangeVector: "A:1-x"})
+		mustApply(t, f, 11, &DestinationMigrationConfirm{Database: "db", Bucket: 3, MigrationIndex: 6, Node: "B"})
+		mustApply(t, f, 12, &DestinationMigrationConfirm{Database: "db", Bucket: 3, MigrationIndex: 6, Node: "C"})
+		mustApply(t, f, 13, &SourceMigrationCleanup{Database: "db", Bucket: 3, MigrationIndex: 6, Node: "A"})
+		mustApply(t, f, 14, &SourceMigrationCleanup{Database: "db", Bucket: 3, MigrationIndex: 6, Node: "B"})
+		rec, _ := f.Record("db")
+		if op := rec.Sharding.Resharding["again"]; rec.ShardOf(3) != 1 || op.Status != OperationCompleted || op.BucketsDone != op.BucketsTotal {
+			t.Fatalf("bucket 3 on shard %d, resumed operation %+v", rec.ShardOf(3), op)
+		}
+		if op := rec.Sharding.Resharding["there"]; op.BucketsDone != 1 {
+			t.Fatalf("cancelled operation %+v", op)
+		}
+	}
+}
