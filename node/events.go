@@ -53,7 +53,7 @@ func (n *Node) handleEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	for _, op := range rec.Sharding.Resharding {
-		if !send("operation", rec.Etag, viewOperation(rec, op)) {
+		if !send("operation", rec.Etag, n.viewOperation(rec, op)) {
 			return
 		}
 	}
@@ -89,7 +89,7 @@ func (n *Node) handleEvents(w http.ResponseWriter, r *http.Request) {
 					}
 				}
 				for _, op := range cur.Sharding.Resharding {
-					if !send("operation", cur.Etag, viewOperation(cur, op)) {
+					if !send("operation", cur.Etag, n.viewOperation(cur, op)) {
 						return
 					}
 				}
@@ -102,7 +102,7 @@ func (n *Node) handleEvents(w http.ResponseWriter, r *http.Request) {
 				case raftfsm.ChangeMigration:
 					ok = send("migration", c.Index, newMigrationEvent(c.Migration, c.Step))
 				case raftfsm.ChangeOperation:
-					ok = send("operation", c.Index, viewOperationOf(c.Operation, c.Migrations))
+					ok = send("operation", c.Index, n.viewOperationOf(n.shardsOf(db), c.Operation, c.Migrations))
 				case raftfsm.ChangeDeleted:
 					send("deleted", c.Index, map[string]string{"Database": db})
 					return
@@ -133,4 +133,12 @@ type migrationEvent struct {
 
 func newMigrationEvent(m *raftfsm.BucketMigration, step string) migrationEvent {
 	return migrationEvent{m.Bucket, m.MigrationIndex, m.SourceShard, m.DestinationShard, step, m.OperationID, m.Leftovers, m.LastError}
+}
+
+// shardsOf is db's current topology, or nil once it is deleted.
+func (n *Node) shardsOf(db string) map[int]*raftfsm.ShardTopology {
+	if rec := n.recordOf(db); rec != nil {
+		return rec.Sharding.Shards
+	}
+	return nil
 }

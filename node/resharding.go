@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -281,31 +282,91 @@ type migrationView struct {
 	*raftfsm.BucketMigration
 	InStatusFor string `json:"InStatusFor"`
 	Stuck       bool   `json:"Stuck"`
+	// WaitingFor names the nodes the step waits for (see waitingFor).
+	WaitingFor []string `json:"WaitingFor,omitempty"`
 }
 
-func viewMigration(m *raftfsm.BucketMigration) migrationView {
+// viewMigration is m as the API shows it; shards is the topology of m's
+// database (nil if unknown).
+func (n *Node) viewMigration(shards map[int]*raftfsm.ShardTopology, m *raftfsm.BucketMigration) migrationView {
 	d := time.Since(m.StatusSince)
-	return migrationView{BucketMigration: m, InStatusFor: d.Round(time.Millisecond).String(), Stuck: d > resharding.StuckAfter}
+	waits, _ := n.waitingFor(shards, m)
+	return migrationView{BucketMigration: m, InStatusFor: d.Round(time.Millisecond).String(), Stuck: d > resharding.StuckAfter, WaitingFor: waits}
 }
 
-func viewOperation(rec *raftfsm.DatabaseRecord, op *raftfsm.ReshardingOperation) operationView {
-	return viewOperationOf(op, raftfsm.OperationMigrations(rec, op.ID))
+// waitingFor names the nodes m's step waits for, and says for what: in
+// Moving the sender (the first source member this node sees up, the one
+// the agents choose; every member when none is up), in Moved the
+// destination members that have not confirmed, in OwnershipTransferred
+// the source members whose cleanup is not recorded.
+func (n *Node) waitingFor(shards map[int]*raftfsm.ShardTopology, m *raftfsm.BucketMigration) (nodes []string, what string) {
+	members := func(shard int) []string {
+		if t := shards[shard]; t != nil {
+			return t.Members
+		}
+		return nil
+	}
+	switch m.Status {
+	case raftfsm.MigrationMoving:
+		src := members(m.SourceShard)
+		for _, tag := range src {
+			if n.health.up(tag) {
+				return []string{tag}, "to send"
+			}
+		}
+		if len(src) > 0 {
+			return slices.Clone(src), "to send (none is up)"
+		}
+	case raftfsm.MigrationMoved:
+		for _, tag := range members(m.DestinationShard) {
+			if !slices.Contains(m.ConfirmedDestinations, tag) {
+				nodes = append(nodes, tag)
+			}
+		}
+		return nodes, "to confirm"
+	case raftfsm.MigrationOwnershipTransferred:
+		for _, tag := range members(m.SourceShard) {
+			if !slices.Contains(m.ConfirmedSourceCleanup, tag) {
+				nodes = append(nodes, tag)
+			}
+		}
+		return nodes, "to clean up"
+	}
+	return nil, ""
 }
 
-// viewOperationOf is the view of op whose migrations in flight are migs.
-func viewOperationOf(op *raftfsm.ReshardingOperation, migs []*raftfsm.BucketMigration) operationView {
+func (n *Node) viewOperation(rec *raftfsm.DatabaseRecord, op *raftfsm.ReshardingOperation) operationView {
+	return n.viewOperationOf(rec.Sharding.Shards, op, raftfsm.OperationMigrations(rec, op.ID))
+}
+
+// viewOperationOf is the view of op whose migrations in flight are migs;
+// shards is the database's topology, which names the nodes a stuck step
+// waits for.
+func (n *Node) viewOperationOf(shards map[int]*raftfsm.ShardTopology, op *raftfsm.ReshardingOperation, migs []*raftfsm.BucketMigration) operationView {
 	v := operationView{ReshardingOperation: op, Current: []migrationView{}}
 	for _, m := range migs {
-		mv := viewMigration(m)
+		mv := n.viewMigration(shards, m)
 		v.Current = append(v.Current, mv)
 		if m.Failures > 0 {
 			v.Alerts = append(v.Alerts, fmt.Sprintf("bucket %d (%s) failing: %s", m.Bucket, m.Status, m.LastError))
 		}
 		if mv.Stuck {
-			v.Alerts = append(v.Alerts, fmt.Sprintf("bucket %d stuck in %s for %s", m.Bucket, m.Status, mv.InStatusFor))
+			alert := fmt.Sprintf("bucket %d stuck in %s for %s", m.Bucket, m.Status, mv.InStatusFor)
+			if nodes, what := n.waitingFor(shards, m); len(nodes) > 0 {
+				alert += fmt.Sprintf(", waiting for %s %s %s", plural(len(nodes), "node", "nodes"), strings.Join(nodes, ", "), what)
+			}
+			v.Alerts = append(v.Alerts, alert)
 		}
 	}
 	return v
+}
+
+// plural is one when n is 1, else many.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 func (n *Node) handleListResharding(w http.ResponseWriter, r *http.Request) {
@@ -316,12 +377,12 @@ func (n *Node) handleListResharding(w http.ResponseWriter, r *http.Request) {
 	}
 	out := []operationView{}
 	for _, op := range t.rec.Sharding.Resharding {
-		out = append(out, viewOperation(t.rec, op))
+		out = append(out, n.viewOperation(t.rec, op))
 	}
 	sortOperations(out)
 	migs := []migrationView{}
 	for _, m := range t.rec.Sharding.BucketMigrations {
-		migs = append(migs, viewMigration(m))
+		migs = append(migs, n.viewMigration(t.rec.Sharding.Shards, m))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"Operations": out, "BucketMigrations": migs})
 }
@@ -337,7 +398,7 @@ func (n *Node) handleGetResharding(w http.ResponseWriter, r *http.Request) {
 		writeError(w, notFound("OperationNotFound", "no resharding operation %q in %q", r.PathValue("id"), t.rec.DatabaseName))
 		return
 	}
-	writeJSON(w, http.StatusOK, viewOperation(t.rec, op))
+	writeJSON(w, http.StatusOK, n.viewOperation(t.rec, op))
 }
 
 // handleCancelResharding stops an operation from starting more bucket
@@ -367,7 +428,7 @@ func (n *Node) handleCancelResharding(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	n.logger.Info("resharding cancelled", "db", rec.DatabaseName, "operation", id, "done", op.BucketsDone, "total", op.BucketsTotal)
-	writeJSON(w, http.StatusOK, viewOperation(rec, op))
+	writeJSON(w, http.StatusOK, n.viewOperation(rec, op))
 }
 
 // addShardRequest is POST /admin/databases/{db}/shards' body.

@@ -155,7 +155,11 @@ func renderMigrations(w io.Writer, ms []bucketMigration) {
 		}
 		var trouble []string
 		if m.Stuck {
-			trouble = append(trouble, "STUCK")
+			stuck := "STUCK"
+			if len(m.WaitingFor) > 0 {
+				stuck += " (waits for " + strings.Join(m.WaitingFor, ", ") + ")"
+			}
+			trouble = append(trouble, stuck)
 		}
 		if m.Failures > 0 {
 			trouble = append(trouble, fmt.Sprintf("%d failures: %s", m.Failures, m.LastError))

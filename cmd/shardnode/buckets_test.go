@@ -98,12 +98,12 @@ func newFakeAPI(t *testing.T) (*fakeAPI, *httptest.Server) {
 		writeTestJSON(w, http.StatusOK, reshardingList{
 			Operations: []operation{
 				{OperationID: "bbbb", FromBucket: 100, ToBucket: 199, ToShard: 1, Status: "Running", BucketsTotal: 100, BucketsDone: 25,
-					DocumentsMoved: 1500, BytesMoved: 3 << 20, StartedAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), Alerts: []string{"bucket 130 stuck in Moved for 1m1s"}},
+					DocumentsMoved: 1500, BytesMoved: 3 << 20, StartedAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), Alerts: []string{"bucket 130 stuck in Moved for 1m1s, waiting for node C to confirm"}},
 				{OperationID: "aaaa", FromBucket: 0, ToBucket: 99, ToShard: 2, Status: "Completed", BucketsTotal: 100, BucketsDone: 100,
 					DocumentsMoved: 9000, BytesMoved: 12_345_678, StartedAt: time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC), EndedAt: time.Date(2026, 1, 2, 3, 0, 42, 0, time.UTC)},
 			},
 			BucketMigrations: []bucketMigration{
-				{Bucket: 130, SourceShard: 0, DestinationShard: 1, Status: "Moved", MigrationIndex: 77, OperationID: "bbbb", InStatusFor: "1m1s", Stuck: true},
+				{Bucket: 130, SourceShard: 0, DestinationShard: 1, Status: "Moved", MigrationIndex: 77, OperationID: "bbbb", InStatusFor: "1m1s", Stuck: true, WaitingFor: []string{"C"}},
 				{Bucket: 9000, SourceShard: 2, DestinationShard: 0, Status: "Moving", MigrationIndex: 80, Leftovers: true, InStatusFor: "120ms", Failures: 3, LastError: "nats: timeout"},
 			},
 		})
@@ -494,7 +494,7 @@ func TestStatus(t *testing.T) {
 		"aaaa       0-99     2         Completed  100/100 (100.0%)  9,000",
 		"12.3 MB",
 		"42.0s",
-		"130     0     1   Moved   1m1s   77     bbbb         STUCK",
+		"130     0     1   Moved   1m1s   77     bbbb         STUCK (waits for C)",
 		"9000    2     0   Moving  120ms  80     (leftovers)  3 failures: nats: timeout",
 	} {
 		if !strings.Contains(out, want) {

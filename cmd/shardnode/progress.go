@@ -125,6 +125,9 @@ type bucketMigration struct {
 	Failures         int    `json:"Failures"`
 	InStatusFor      string `json:"InStatusFor"`
 	Stuck            bool   `json:"Stuck"`
+	// WaitingFor names the nodes the step waits for (servers of this
+	// version).
+	WaitingFor []string `json:"WaitingFor"`
 }
 
 // migrationEvent is a "migration" event's data: one step of one bucket.
