@@ -323,6 +323,16 @@ func (a *Agent) send(ctx context.Context, m raftfsm.BucketMigration) error {
 	if err != nil {
 		return err
 	}
+	if m.Status != raftfsm.MigrationMoving {
+		// A sender that starts after Moved replaces one that died: its
+		// snapshot sends again what the migration already counted. Wait
+		// until the snapshot is stored, so none of its batches still in
+		// flight is counted below as the last pass's (up to
+		// maxInflightBatches batches were added to DocumentsMoved twice).
+		if err := s.drain(); err != nil {
+			return err
+		}
+	}
 	a.logger.Debug("sent bucket's snapshot", "bucket", m.Bucket, "migration", m.MigrationIndex)
 	ch, stop := a.c.Watch()
 	defer stop()
