@@ -38,6 +38,10 @@ func (c *fakeCluster) RangeStats(context.Context, string, int, uint32, uint32) (
 	return nil, nil
 }
 
+func (c *fakeCluster) ItemVersions(context.Context, string, int, []string) (map[string]string, error) {
+	return nil, nil
+}
+
 func (c *fakeCluster) Propose(_ context.Context, cmd raftfsm.Command) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -13,8 +13,8 @@ import (
 	"github.com/shardnode/shardnode/storage"
 )
 
-// fakeCluster is a Cluster whose other shard is one local store.
-type fakeCluster struct {
+// strayCluster is a Cluster whose other shard is one local store.
+type strayCluster struct {
 	tag   string
 	up    map[string]bool
 	rec   *raftfsm.DatabaseRecord
@@ -24,30 +24,30 @@ type fakeCluster struct {
 	proposed []raftfsm.Command
 }
 
-func (f *fakeCluster) NodeTag() string                                { return f.tag }
-func (f *fakeCluster) Record(string) *raftfsm.DatabaseRecord          { return f.rec }
-func (f *fakeCluster) Watch() (<-chan uint64, func())                 { return nil, func() {} }
-func (f *fakeCluster) IsLeader() bool                                 { return false }
-func (f *fakeCluster) Up(tag string) bool                             { return f.up[tag] }
-func (f *fakeCluster) SendBatch(context.Context, *Batch) error        { return nil }
-func (f *fakeCluster) WaitAllApplied(context.Context, uint64) error   { return nil }
-func (f *fakeCluster) NotePurge(string, int, uint64)                  {}
-func (f *fakeCluster) FenceWrites(context.Context, string, int) error { return nil }
-func (f *fakeCluster) Failpoint(context.Context, string)              {}
-func (f *fakeCluster) WaitReady(context.Context) error                { return nil }
-func (f *fakeCluster) MigratorInterval() time.Duration                { return time.Hour }
-func (f *fakeCluster) RangeStats(context.Context, string, int, uint32, uint32) ([]storage.BucketStats, error) {
+func (f *strayCluster) NodeTag() string                                { return f.tag }
+func (f *strayCluster) Record(string) *raftfsm.DatabaseRecord          { return f.rec }
+func (f *strayCluster) Watch() (<-chan uint64, func())                 { return nil, func() {} }
+func (f *strayCluster) IsLeader() bool                                 { return false }
+func (f *strayCluster) Up(tag string) bool                             { return f.up[tag] }
+func (f *strayCluster) SendBatch(context.Context, *Batch) error        { return nil }
+func (f *strayCluster) WaitAllApplied(context.Context, uint64) error   { return nil }
+func (f *strayCluster) NotePurge(string, int, uint64)                  {}
+func (f *strayCluster) FenceWrites(context.Context, string, int) error { return nil }
+func (f *strayCluster) Failpoint(context.Context, string)              {}
+func (f *strayCluster) WaitReady(context.Context) error                { return nil }
+func (f *strayCluster) MigratorInterval() time.Duration                { return time.Hour }
+func (f *strayCluster) RangeStats(context.Context, string, int, uint32, uint32) ([]storage.BucketStats, error) {
 	return nil, errors.New("not used")
 }
 
-func (f *fakeCluster) Propose(_ context.Context, cmd raftfsm.Command) error {
+func (f *strayCluster) Propose(_ context.Context, cmd raftfsm.Command) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.proposed = append(f.proposed, cmd)
 	return nil
 }
 
-func (f *fakeCluster) ItemVersions(_ context.Context, _ string, _ int, ids []string) (map[string]string, error) {
+func (f *strayCluster) ItemVersions(_ context.Context, _ string, _ int, ids []string) (map[string]string, error) {
 	out := map[string]string{}
 	for _, id := range ids {
 		d, err := f.owner.GetItem(id)
@@ -118,7 +118,7 @@ func TestStrayCopiesTheOwnerSupersedesAreDropped(t *testing.T) {
 		BucketRanges:     bucket.Ranges{{BucketRangeStart: 0, ShardNumber: 0}, {BucketRangeStart: bk, ShardNumber: 1}, {BucketRangeStart: bk + 1, ShardNumber: 0}},
 		BucketMigrations: map[uint32]*raftfsm.BucketMigration{},
 	}}
-	fc := &fakeCluster{tag: "B", up: map[string]bool{"A": true, "B": true, "C": true}, rec: rec, owner: owner}
+	fc := &strayCluster{tag: "B", up: map[string]bool{"A": true, "B": true, "C": true}, rec: rec, owner: owner}
 	a := &Agent{c: fc, db: "db", shard: 0, s: mine, logger: slog.New(slog.DiscardHandler)}
 
 	for range 2 { // a second sweep changes nothing more
