@@ -799,6 +799,15 @@ const maxStrayBuckets = 64
 // holds only in an older or concurrent version, is kept: it reaches the
 // responsible replica by replication, and that one's sweep moves it.
 func (a *Agent) dropSuperseded(ctx context.Context, rec *raftfsm.DatabaseRecord) {
+	for _, m := range rec.Sharding.BucketMigrations {
+		if m.SourceShard == a.shard && m.IsActive() {
+			// As the responsible replica's sweep: not while the shard sends
+			// a bucket (a move of many buckets changes the ranges every few
+			// milliseconds, and a sweep per change cost a fifth of a small
+			// bucket's move); once it is done.
+			return
+		}
+	}
 	state := sweptState{a.s.LastEtag(), rec.Etag} // before the sweep reads
 	if state == a.clean {
 		return

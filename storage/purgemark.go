@@ -82,7 +82,7 @@ func purgeMarkKey(b uint32) []byte {
 	return binary.BigEndian.AppendUint32([]byte{prefixMeta, 'p', 'm', 'k', '/'}, b)
 }
 
-// MarkPurged records, durably, that bucket b is being purged by mark's
+// MarkPurged records that bucket b is being purged by mark's
 // pass, before the purge's writes: from then on, late replicated copies of
 // what the pass sent are not stored live (see PurgeMark). The bucket keeps
 // its latest maxPurgeMarks marks; marking it again with a pass it holds
@@ -114,7 +114,9 @@ func (s *Store) MarkPurged(b uint32, mark PurgeMark) error {
 	if err != nil {
 		return fmt.Errorf("purge mark of bucket %d: %w", b, err)
 	}
-	if err := s.db.Set(purgeMarkKey(b), v, pebble.Sync); err != nil {
+	// Not synced on its own: the purge's writes that follow are, and the
+	// write-ahead log makes them durable in order.
+	if err := s.db.Set(purgeMarkKey(b), v, pebble.NoSync); err != nil {
 		return fmt.Errorf("purge mark of bucket %d: %w", b, err)
 	}
 	next := maps.Clone(cur)
