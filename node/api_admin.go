@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -171,9 +172,23 @@ func (n *Node) handleCreateDatabase(w http.ResponseWriter, r *http.Request) {
 		writeError(w, requestIDReused(r))
 		return
 	}
+	// Answer once every member that is up has opened its replicas: a write
+	// sent right after the answer otherwise found its shard's first member
+	// without the replica yet and went to the next one, and the first,
+	// caught up with what the next had when it asked, took the writes
+	// after it: If-Match increments taken by both became conflicts.
+	wctx, cancel := context.WithTimeout(r.Context(), createWait)
+	if err := n.waitAllApplied(wctx, rec.CreatedIndex); err != nil {
+		n.logger.Warn("created database; not every member opened its replicas in time", "db", name, "err", err)
+	}
+	cancel()
 	n.logger.Info("created database", "db", name, "shards", req.Shards, "replication_factor", req.ReplicationFactor)
 	writeJSON(w, http.StatusCreated, rec)
 }
+
+// createWait bounds how long a create waits for the members to open the
+// new database's replicas before it answers anyway.
+const createWait = 30 * time.Second
 
 func (n *Node) handleGetDatabase(w http.ResponseWriter, r *http.Request) {
 	t, err := n.resolve(r.PathValue("db"))
