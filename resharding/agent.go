@@ -348,6 +348,7 @@ func (a *Agent) send(ctx context.Context, m raftfsm.BucketMigration) error {
 		}
 		final := status != raftfsm.MigrationMoving && status != raftfsm.MigrationMoved
 		if final {
+			a.c.Failpoint(ctx, "resharding/before-final-pass")
 			// Writes that passed the write guard before this node applied
 			// the flip may still be committing: wait for them, then send
 			// them in this last pass.

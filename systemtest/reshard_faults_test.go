@@ -4,6 +4,7 @@ package systemtest
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -150,4 +151,101 @@ func indexOf(c *testcluster.Cluster, tag string) int {
 		}
 	}
 	panic(tag)
+}
+
+// TestFaultFrozenSenderAfterTheFlip freezes (SIGSTOP) the sending node
+// between the ownership flip and its last pass, with writes flowing into
+// the bucket, for longer than the others take to count it down, then
+// thaws it. The move must complete by a recorded last pass (the sender's
+// own, or its replacement's), not by the source replicas' 30 s fallback
+// that purges without one (an explorer saw every source replica wait it
+// out, logging "purging a moved bucket without the sender's last pass").
+func TestFaultFrozenSenderAfterTheFlip(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{Nodes: 3, Mode: testcluster.Processes, MigratorIntervalMs: 300,
+		Failpoints: "resharding/before-final-pass=2s"})
+	testcluster.Must(t, 201, "PUT", c.URL(0)+"/admin/databases/db", `{"Shards":2,"ReplicationFactor":3}`)
+	const anchor = "tenant/frozen"
+	b, src := bucketOf(t, c.URL(0), "db", anchor)
+	dst := 1 - src
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 1; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for _, m := range c.Members {
+				if m.Running() {
+					_, _ = testcluster.Do("PUT", fmt.Sprintf("%s/databases/db/docs?id=d%d$%s", m.URL(), i%50, anchor), fmt.Sprintf(`{"v":%d}`, i))
+				}
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	defer func() {
+		close(stop)
+		wg.Wait()
+	}()
+	op := startReshard(t, c.URL(0), "db", b, b, dst)
+	var sender string
+	testcluster.WaitFor(t, 30*time.Second, "the flip", func() error {
+		rec := testcluster.Must(t, 200, "GET", c.URL(0)+"/admin/databases/db", "").JSON(t)
+		m, ok := rec["Sharding"].(map[string]any)["BucketMigrations"].(map[string]any)[fmt.Sprint(b)].(map[string]any)
+		if !ok || m["Status"] != "OwnershipTransferred" {
+			return fmt.Errorf("migration of bucket %d: %v", b, m)
+		}
+		sender, _ = m["SentByNode"].(string)
+		return nil
+	})
+	victim := memberByTag(c, sender)
+	t.Logf("freezing sender %s of bucket %d after the flip", sender, b)
+	victim.Pause()
+	var via *testcluster.Member
+	for _, m := range c.Members {
+		if m != victim {
+			via = m
+		}
+	}
+	testcluster.WaitFor(t, 10*time.Second, sender+" to be reported down", func() error {
+		cl := testcluster.Must(t, 200, "GET", via.URL()+"/cluster", "").JSON(t)
+		for _, n := range cl["Nodes"].([]any) {
+			if nm := n.(map[string]any); nm["Tag"] == sender && nm["Status"] == "Down" {
+				return nil
+			}
+		}
+		return fmt.Errorf("cluster view %v", cl["Nodes"])
+	})
+	time.Sleep(3 * time.Second) // frozen on: the others may replace it meanwhile
+	victim.Resume()
+	waitOperation(t, via.URL(), "db", op, 90*time.Second)
+	testcluster.WaitFor(t, 60*time.Second, "the migration to leave the record", func() error {
+		rec := testcluster.Must(t, 200, "GET", via.URL()+"/admin/databases/db", "").JSON(t)
+		if m, ok := rec["Sharding"].(map[string]any)["BucketMigrations"].(map[string]any)[fmt.Sprint(b)]; ok {
+			return fmt.Errorf("bucket %d still migrating: %v", b, m)
+		}
+		return nil
+	})
+	for _, m := range c.Members {
+		if strings.Contains(m.Log(), "purging a moved bucket without the sender's last pass") {
+			t.Errorf("node %s purged by the 30 s fallback:\n%s", m.Tag, grepLines(m.Log(), "last pass", "final", "replac"))
+		}
+	}
+}
+
+// grepLines returns the lines of s that contain any of subs.
+func grepLines(s string, subs ...string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		for _, sub := range subs {
+			if strings.Contains(l, sub) {
+				out = append(out, l)
+				break
+			}
+		}
+	}
+	return strings.Join(out, "\n")
 }
