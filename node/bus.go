@@ -95,7 +95,17 @@ func (b *bus) clientURL() string {
 
 func (b *bus) close() {
 	if b.nc != nil {
-		_ = b.nc.Drain()
+		// Drain is asynchronous: wait for it, so requests already delivered
+		// to this node's subscriptions get their answers (a stopping node
+		// answers them 503) instead of being dropped by Close, which left
+		// their senders waiting until they counted this node down and
+		// answered their clients 504, outcome unknown.
+		if err := b.nc.Drain(); err == nil {
+			deadline := time.Now().Add(busDrainWait)
+			for !b.nc.IsClosed() && time.Now().Before(deadline) {
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
 		b.nc.Close()
 	}
 	if b.srv != nil {
@@ -103,6 +113,9 @@ func (b *bus) close() {
 		b.srv.WaitForShutdown()
 	}
 }
+
+// busDrainWait bounds the wait for the bus connection's drain at close.
+const busDrainWait = 5 * time.Second
 
 func splitHostPort(addr string) (string, int, error) {
 	h, p, err := net.SplitHostPort(addr)

@@ -100,6 +100,17 @@ func (h *health) incarnation(tag string) string {
 	return h.inc[tag]
 }
 
+// markLeft counts a node that announced it stopped cleanly down for
+// routing at once. Its down signal fires at the next sweep, not now: the
+// node answered every request it took before it announced, and an answer
+// may still be on its way here on another subscription, which a request
+// cut short now would report as a 504 of unknown outcome.
+func (h *health) markLeft(tag string) {
+	h.mu.Lock()
+	h.seen[tag] = time.Time{}
+	h.mu.Unlock()
+}
+
 func (h *health) markDown(tag string) {
 	h.mu.Lock()
 	h.seen[tag] = time.Time{} // heard before, down now
@@ -203,7 +214,7 @@ func (n *Node) runHeartbeats(ctx context.Context) {
 	leaving, err := n.bus.nc.Subscribe(n.leavingSubject(), func(m *nats.Msg) {
 		tag, inc, _ := strings.Cut(string(m.Data), " ")
 		if tag != n.cfg.Node.Tag && n.health.incarnation(tag) == inc {
-			n.health.markDown(tag)
+			n.health.markLeft(tag)
 		}
 	})
 	if err != nil {

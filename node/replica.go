@@ -844,20 +844,24 @@ func retryable(err error) bool {
 	return errors.As(err, &ae) && (ae.Type == "ShardNotOnThisNode" || ae.Status == http.StatusServiceUnavailable)
 }
 
-// membersByPreference orders a shard's members: up nodes first, each group
-// in topology order (the first healthy member serves by default). The
-// result may be members itself: callers only read it.
+// membersByPreference orders a shard's members: nodes not known to be down
+// first, each group in topology order (the first healthy member serves by
+// default). A node this one has not heard from yet (it just started) is
+// not known down: putting it last sent a new node's first requests to a
+// shard's second member while the first took the others', and If-Match
+// updates accepted by both became conflicts. The result may be members
+// itself: callers only read it.
 func (n *Node) membersByPreference(members []string) []string {
-	allUp := true
+	anyDown := false
 	for _, m := range members {
-		allUp = allUp && n.health.up(m)
+		anyDown = anyDown || n.health.knownDown(m)
 	}
-	if allUp {
+	if !anyDown {
 		return members // the usual case, in its order: nothing to copy
 	}
 	out := make([]string, 0, len(members))
 	for _, m := range members {
-		if n.health.up(m) {
+		if !n.health.knownDown(m) {
 			out = append(out, m)
 		}
 	}

@@ -50,6 +50,14 @@ func (n *Node) serveRPC(ctx context.Context) (*nats.Subscription, error) {
 		if n.rpcStopped {
 			n.rpcMu.Unlock()
 			<-sem
+			// Say so rather than leave the asking node waiting until it
+			// counts this one down and answers its client 504 (outcome
+			// unknown): nothing ran, and another member can take it.
+			reply := nats.NewMsg(m.Reply)
+			reply.Header.Set("Status", strconv.Itoa(http.StatusServiceUnavailable))
+			reply.Header.Set("Error-Type", "NodeStopping")
+			reply.Data = []byte(fmt.Sprintf("node %s is stopping; ask another member", n.cfg.Node.Tag))
+			_ = m.RespondMsg(reply)
 			return
 		}
 		n.wg.Add(1)

@@ -24,10 +24,11 @@ import (
 // own disk, and the next member accepted increments on the older
 // versions (explorer round, session 8: 460 for 462 acknowledged).
 //
-// The writers start right after the database's create answers: a create
-// that answered before the members opened their replicas sent the first
-// writes to the second member while the first opened, and increments
-// taken by both became conflicts (3 of 6 runs).
+// The writers start right after the database's create answers, through
+// a node that has just started: such a node put the members it had not
+// heard from yet last, so it sent the first increments to the shard's
+// second member while the others went to the first, and increments taken
+// by both became conflicts (a third of the runs; see membersByPreference).
 func TestCleanStopHandsOverAcknowledgedWrites(t *testing.T) {
 	c := testcluster.Start(t, testcluster.Options{Nodes: 3, Failpoints: "replication/before-send=300ms"})
 	testcluster.Must(t, 201, "PUT", c.URL(0)+"/admin/databases/cnt", `{"Shards":1,"ReplicationFactor":2}`)
@@ -44,19 +45,8 @@ func TestCleanStopHandsOverAcknowledgedWrites(t *testing.T) {
 		testcluster.Must(t, 201, "PUT", fmt.Sprintf("%s/databases/cnt/docs?id=c/%d", other.URL(), i), `{"n":0}`)
 	}
 
-	// Both members hold the counters before the writers start: a member
-	// still catching up with the other right after the create sends
-	// writes to it meanwhile, and increments taken on both would conflict
-	// whatever the stop does.
-	testcluster.WaitFor(t, 30*time.Second, "both members to hold the counters", func() error {
-		view, err := replicaView(t, second.URL(), "cnt", 0)
-		if err != nil || len(view) != counters {
-			return fmt.Errorf("%s holds %d counters (%v)", second.Tag, len(view), err)
-		}
-		return converged(t, c, "cnt")
-	})
 	client := &http.Client{Timeout: 30 * time.Second}
-	var acked [counters]atomic.Int64
+	var acked, unknown [counters]atomic.Int64
 	var stop atomic.Bool
 	var wg sync.WaitGroup
 	for w := range 8 {
@@ -86,11 +76,15 @@ func TestCleanStopHandsOverAcknowledgedWrites(t *testing.T) {
 				req.Header.Set("If-Match", `"`+got.Results[0].Metadata.CV+`"`)
 				res, err = client.Do(req)
 				if err != nil {
-					continue // unknown outcome: not counted, and the check below allows none
+					unknown[w%counters].Add(1)
+					continue
 				}
 				res.Body.Close()
-				if res.StatusCode == 201 {
+				switch {
+				case res.StatusCode == 201:
 					acked[w%counters].Add(1)
+				case res.StatusCode >= 500 && res.StatusCode != 503:
+					unknown[w%counters].Add(1) // a 504: it may have applied
 				}
 			}
 		}()
@@ -118,8 +112,8 @@ func TestCleanStopHandsOverAcknowledgedWrites(t *testing.T) {
 		id := fmt.Sprintf("c/%d", i)
 		d := testcluster.Must(t, 200, "GET", fmt.Sprintf("%s/databases/cnt$0/docs?id=%s", second.URL(), id), "").JSON(t)
 		n := int64(d["Results"].([]any)[0].(map[string]any)["n"].(float64))
-		if want := acked[i].Load(); n != want {
-			t.Errorf("%s = %d on %s after %s stopped; %d increments were acknowledged", id, n, second.Tag, first.Tag, want)
+		if want, maybe := acked[i].Load(), unknown[i].Load(); n < want || n > want+maybe {
+			t.Errorf("%s = %d on %s after %s stopped; %d increments were acknowledged, %d more had no certain answer", id, n, second.Tag, first.Tag, want, maybe)
 		}
 	}
 	conflicts := testcluster.Must(t, 200, "GET", second.URL()+"/databases/cnt$0/conflicts", "").JSON(t)
