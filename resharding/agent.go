@@ -801,11 +801,11 @@ const maxStrayBuckets = 64
 // responsible replica by replication, and that one's sweep moves it.
 func (a *Agent) dropSuperseded(ctx context.Context, rec *raftfsm.DatabaseRecord) {
 	for _, m := range rec.Sharding.BucketMigrations {
-		if m.SourceShard == a.shard && m.IsActive() {
+		if (m.SourceShard == a.shard || m.DestinationShard == a.shard) && m.IsActive() {
 			// As the responsible replica's sweep: not while the shard sends
 			// a bucket (a move of many buckets changes the ranges every few
 			// milliseconds, and a sweep per change cost a fifth of a small
-			// bucket's move); once it is done.
+			// bucket's move), nor while it receives one; once it is done.
 			return
 		}
 	}
@@ -854,7 +854,13 @@ func (a *Agent) dropSupersededIn(ctx context.Context, b uint32, owner int) (int,
 	type copyOf struct{ id, cv string }
 	var items []copyOf
 	err := a.s.IterateBucketsMeta(b, b, func(d *storage.Document) bool {
-		if !d.Artificial() {
+		// A copy that came by a migration (or from a sibling that got it
+		// so) is the destination's, whatever this replica's record says:
+		// its node may not have applied the migration's start yet while
+		// the copies arrive, and dropping them lost them here for good
+		// (replication had already delivered them). Only copies written
+		// or replicated within this shard are dropped.
+		if !d.Artificial() && d.Flags&storage.FlagFromResharding == 0 && !movedIn(d.ChangeVector) {
 			items = append(items, copyOf{d.ID, d.ChangeVector})
 		}
 		return true
@@ -911,6 +917,21 @@ func (a *Agent) dropSupersededIn(ctx context.Context, b uint32, owner int) (int,
 	}
 	a.logger.Info("documents migrator dropped copies whose owner holds them in the same or a newer version", "bucket", b, "owner", owner, "dropped", dropped, "kept", kept)
 	return kept, nil
+}
+
+// movedIn reports whether change vector cv carries the MOVE marker of a
+// migration into its shard (or does not parse: then it is kept too).
+func movedIn(cv string) bool {
+	c, err := changevector.Parse(cv)
+	if err != nil {
+		return true
+	}
+	for _, e := range c.Order {
+		if e.Tag == changevector.MoveTag {
+			return true
+		}
+	}
+	return false
 }
 
 // bucketRangesView is what the documents migrator watches for: ownership

@@ -112,6 +112,14 @@ func TestStrayCopiesTheOwnerSupersedesAreDropped(t *testing.T) {
 	if bucket.ForID("own/1") == bk {
 		t.Fatal("pick another id for the shard's own bucket")
 	}
+	// A copy that a migration brought here (the node has not applied the
+	// migration's start yet, so the record shows none), which the owner
+	// still holds in the same version: it is the destination's copy and
+	// must stay.
+	write(t, owner, put("incoming"+anchor, `{"v":1}`))
+	d, _ := owner.GetItem("incoming" + anchor)
+	write(t, mine, storage.Op{Kind: storage.OpMigrate, ID: d.ID, Body: d.Body, ChangeVector: d.ChangeVector, LastModified: d.LastModified,
+		MigrationIndex: 42, DatabaseID: "destdb"})
 
 	rec := &raftfsm.DatabaseRecord{DatabaseName: "db", Etag: 7, Sharding: raftfsm.Sharding{
 		Shards:           map[int]*raftfsm.ShardTopology{0: {Members: []string{"A", "B"}}, 1: {Members: []string{"C"}}},
@@ -123,7 +131,7 @@ func TestStrayCopiesTheOwnerSupersedesAreDropped(t *testing.T) {
 
 	for range 2 { // a second sweep changes nothing more
 		a.migrateLeftovers(context.Background(), rec, false)
-		for id, dropped := range map[string]bool{"same": true, "newer": true, "deleted": true, "missing": false, "older": false} {
+		for id, dropped := range map[string]bool{"same": true, "newer": true, "deleted": true, "missing": false, "older": false, "incoming": false} {
 			d, err := mine.GetItem(id + anchor)
 			if err != nil {
 				t.Fatalf("%s: %v", id, err)
@@ -139,9 +147,21 @@ func TestStrayCopiesTheOwnerSupersedesAreDropped(t *testing.T) {
 			t.Errorf("a replica that is not responsible proposed %v", fc.proposed)
 		}
 	}
-	if st, _ := mine.BucketStats(bk); st.DocumentsCount != 2 {
-		t.Errorf("bucket %d counts %d documents here, want 2 (missing, older)", bk, st.DocumentsCount)
+	if st, _ := mine.BucketStats(bk); st.DocumentsCount != 3 {
+		t.Errorf("bucket %d counts %d documents here, want 3 (missing, older, incoming)", bk, st.DocumentsCount)
 	}
+
+	// A replica whose shard receives a bucket sweeps nothing meanwhile.
+	rec.Etag++
+	other := bk + 100
+	rec.Sharding.BucketMigrations[other] = &raftfsm.BucketMigration{Bucket: other, SourceShard: 1, DestinationShard: 0, Status: raftfsm.MigrationMoving}
+	write(t, mine, put("later"+anchor, `{"v":1}`))
+	replicate(t, mine, owner, "later"+anchor)
+	a.migrateLeftovers(context.Background(), rec, false)
+	if d, _ := mine.GetItem("later" + anchor); d.Artificial() {
+		t.Error("a copy was dropped while the shard received a bucket")
+	}
+	delete(rec.Sharding.BucketMigrations, other)
 
 	// A bucket a migration covers is left to it.
 	write(t, mine, put("again"+anchor, `{"v":1}`))

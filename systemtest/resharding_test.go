@@ -520,3 +520,76 @@ func TestWritesRacingAnEmptyBucketFlipAreMovedPromptly(t *testing.T) {
 		return nil
 	})
 }
+
+// TestRangeMoveLeavesEveryReplicaWhole moves a range of a few thousand
+// documents between shards of two replicas each, with the documents
+// migrator sweeping every 300 ms, and checks that afterwards every replica
+// of every shard holds the same documents. A destination replica whose
+// node had not applied a migration's start when the bucket's copies
+// arrived took them for strays its owner supersedes and purged them:
+// about 0.3% of the buckets moved lost their documents on one replica for
+// good (explorer round, session 8).
+func TestRangeMoveLeavesEveryReplicaWhole(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a move of ~560 buckets: about a minute, several under the race detector")
+	}
+	c := testcluster.Start(t, testcluster.Options{Nodes: 3, MigratorIntervalMs: 300})
+	A := c.URL(0)
+	testcluster.Must(t, 201, "PUT", A+"/admin/databases/db", `{"Shards":3,"ReplicationFactor":2}`)
+	const docs = 4000
+	for start := 0; start < docs; start += 500 {
+		var cmds []string
+		for i := start; i < start+500; i++ {
+			cmds = append(cmds, fmt.Sprintf(`{"Type":"PUT","Id":"pre/%d","Document":{"N":%d}}`, i, i))
+		}
+		testcluster.Must(t, 201, "POST", A+"/databases/db/bulk_docs?waitForReplicas=2", `{"Commands":[`+join(cmds)+`]}`)
+	}
+	id := startReshard(t, c.URL(1), "db", 0, 150000, 1)
+	waitOperation(t, A, "db", id, 120*time.Second)
+	// Sweeps run after the move; then the replicas must agree. A moved
+	// document's order part differs between destination replicas (each
+	// adds its own entry): compare versions and bodies.
+	testcluster.WaitFor(t, 10*time.Second, "the replicas of every shard to agree", func() error {
+		for s, members := range shardMembers(t, A, "db") {
+			var first map[string]string
+			for _, tag := range members {
+				view, err := replicaView(t, memberByTag(c, tag).URL(), "db", s)
+				if err != nil {
+					return err
+				}
+				for id, v := range view {
+					i := strings.Index(v, " {") // the change vector, then the body
+					cv, body := v[:i], v[i+1:]
+					if _, version, ok := strings.Cut(cv, "|"); ok {
+						cv = version
+					}
+					view[id] = cv + " " + body
+				}
+				if first == nil {
+					first = view
+					continue
+				}
+				if len(view) != len(first) {
+					return fmt.Errorf("shard %d: %s holds %d documents, %s holds %d", s, members[0], len(first), tag, len(view))
+				}
+				for id, v := range first {
+					if view[id] != v {
+						return fmt.Errorf("shard %d, %q: %s has %q, %s has %q", s, id, members[0], v, tag, view[id])
+					}
+				}
+			}
+		}
+		return nil
+	})
+	total := 0
+	for s, members := range shardMembers(t, A, "db") {
+		view, err := replicaView(t, memberByTag(c, members[0]).URL(), "db", s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += len(view)
+	}
+	if total != docs {
+		t.Fatalf("the shards hold %d documents, want %d", total, docs)
+	}
+}
