@@ -334,8 +334,12 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 
 	records := n.fsm.Records()
 	gauge(descDatabases, float64(len(records)))
-	for _, rec := range records {
-		c.collectResharding(ch, rec)
+	if n.ready.Load() {
+		// While the node replays the raft log, its records are of the
+		// past: a migration long finished looked stuck for minutes.
+		for _, rec := range records {
+			c.collectResharding(ch, rec)
+		}
 	}
 	if n.replicas == nil {
 		return

@@ -167,6 +167,18 @@ func TestMetricsFollowWritesAndAMove(t *testing.T) {
 		t.Errorf("documents left on shard %d: %v, want 0", 1-src, v)
 	}
 
+	// While the node replays the log (not ready), its records are of the
+	// past: no migration or operation series.
+	n.ready.Store(false)
+	fams = scrape(t, n.HTTPURL())
+	n.ready.Store(true)
+	if _, ok := metricValue(fams, "shardnode_migrations", "db", "db", "status", "Moving"); ok {
+		t.Error("migration series from a node that is not ready")
+	}
+	if v, _ := metricValue(fams, "shardnode_node_ready"); v != 0 {
+		t.Errorf("node ready %v while not ready", v)
+	}
+
 	// A deleted database's series go with it.
 	c.must(204, "DELETE", "/admin/databases/db", "")
 	waitFor(t, 10*time.Second, "the deleted database's series to go", func() bool {
