@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -45,76 +46,13 @@ func TestCleanStopHandsOverAcknowledgedWrites(t *testing.T) {
 		testcluster.Must(t, 201, "PUT", fmt.Sprintf("%s/databases/cnt/docs?id=c/%d", other.URL(), i), `{"n":0}`)
 	}
 
-	client := &http.Client{Timeout: 30 * time.Second}
-	var acked, unknown [counters]atomic.Int64
-	var stop atomic.Bool
-	var wg sync.WaitGroup
-	for w := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			id := fmt.Sprintf("c/%d", w%counters)
-			for !stop.Load() {
-				res, err := client.Get(other.URL() + "/databases/cnt/docs?id=" + id)
-				if err != nil {
-					continue
-				}
-				var got struct {
-					Results []struct {
-						N        int64 `json:"n"`
-						Metadata struct {
-							CV string `json:"@change-vector"`
-						} `json:"@metadata"`
-					}
-				}
-				err = json.NewDecoder(res.Body).Decode(&got)
-				res.Body.Close()
-				if err != nil || res.StatusCode != 200 || len(got.Results) != 1 {
-					continue
-				}
-				req, _ := http.NewRequest("PUT", other.URL()+"/databases/cnt/docs?id="+id, strings.NewReader(fmt.Sprintf(`{"n":%d}`, got.Results[0].N+1)))
-				req.Header.Set("If-Match", `"`+got.Results[0].Metadata.CV+`"`)
-				res, err = client.Do(req)
-				if err != nil {
-					unknown[w%counters].Add(1)
-					continue
-				}
-				res.Body.Close()
-				switch {
-				case res.StatusCode == 201:
-					acked[w%counters].Add(1)
-				case res.StatusCode >= 500 && res.StatusCode != 503:
-					unknown[w%counters].Add(1) // a 504: it may have applied
-				}
-			}
-		}()
-	}
-	waitAcked := func(n int64) {
-		testcluster.WaitFor(t, 30*time.Second, "increments to be acknowledged", func() error {
-			var sum int64
-			for i := range counters {
-				sum += acked[i].Load()
-			}
-			if sum < n {
-				return fmt.Errorf("%d of %d", sum, n)
-			}
-			return nil
-		})
-	}
-	waitAcked(100)
-	first.Stop() // clean: SIGTERM for a process, Close in process
-	before := acked[0].Load() + acked[1].Load() + acked[2].Load() + acked[3].Load()
-	waitAcked(before + 50) // the shard goes on on its second member
-	stop.Store(true)
-	wg.Wait()
-
-	for i := range counters {
-		id := fmt.Sprintf("c/%d", i)
-		d := testcluster.Must(t, 200, "GET", fmt.Sprintf("%s/databases/cnt$0/docs?id=%s", second.URL(), id), "").JSON(t)
-		n := int64(d["Results"].([]any)[0].(map[string]any)["n"].(float64))
-		if want, maybe := acked[i].Load(), unknown[i].Load(); n < want || n > want+maybe {
-			t.Errorf("%s = %d on %s after %s stopped; %d increments were acknowledged, %d more had no certain answer", id, n, second.Tag, first.Tag, want, maybe)
-		}
+	load := startIncrements(t, other.URL(), "cnt", counters, 8)
+	load.waitAcked(t, 100)
+	first.Stop()                       // clean: SIGTERM for a process, Close in process
+	load.waitAcked(t, load.total()+50) // the shard goes on on its second member
+	load.stop()
+	if err := load.check(t, second.URL(), "cnt$0"); err != nil {
+		t.Errorf("on %s after %s stopped: %v", second.Tag, first.Tag, err)
 	}
 	conflicts := testcluster.Must(t, 200, "GET", second.URL()+"/databases/cnt$0/conflicts", "").JSON(t)
 	if r, _ := conflicts["Results"].([]any); len(r) > 0 {
@@ -148,4 +86,155 @@ func TestStoppingLeaderHandsLeadershipOver(t *testing.T) {
 	if len(leads) != 1 {
 		t.Fatalf("right after leader %s stopped, leaders among the others: %v; want exactly one", leader.Tag, leads)
 	}
+}
+
+// TestRestartedFirstMemberTakesIncrementsWithoutConflicts: If-Match
+// increments go on through a shard's second member while its first is
+// stopped, and through the first again once it restarted and caught up.
+// The first must not serve before it holds what the second took: every
+// counter equals its acknowledged increments on both members, and no
+// conflict is recorded. A replica that caught up once, to where the
+// other member was when it asked, served while that member went on
+// taking the increments routed to it meanwhile.
+//
+// Known to fail in about 1 run of 6: a write routed to the second member
+// just before the first serves again commits there after the first's
+// catch-up looked, and an increment based on the older version is taken
+// on the first. Asking again until a round finds nothing new (tried in
+// session 8) did not change the rate; closing it needs the members to
+// hand the shard's writes over, which is not built.
+func TestRestartedFirstMemberTakesIncrementsWithoutConflicts(t *testing.T) {
+	if os.Getenv("SHARDNODE_KNOWN_GAPS") == "" {
+		t.Skip("known gap (see the comment); set SHARDNODE_KNOWN_GAPS=1 to run it")
+	}
+	c := testcluster.Start(t, testcluster.Options{Nodes: 3})
+	testcluster.Must(t, 201, "PUT", c.URL(0)+"/admin/databases/cnt", `{"Shards":1,"ReplicationFactor":2}`)
+	members := shardMembers(t, c.URL(0), "cnt")[0]
+	first, second := memberByTag(c, members[0]), memberByTag(c, members[1])
+	var other *testcluster.Member
+	for _, m := range c.Members {
+		if m != first && m != second {
+			other = m
+		}
+	}
+	const counters = 4
+	for i := range counters {
+		testcluster.Must(t, 201, "PUT", fmt.Sprintf("%s/databases/cnt/docs?id=c/%d", other.URL(), i), `{"n":0}`)
+	}
+	load := startIncrements(t, other.URL(), "cnt", counters, 8)
+	load.waitAcked(t, 50)
+	first.Stop()
+	load.waitAcked(t, load.total()+300) // a backlog on the second member
+	first.Start()
+	load.waitAcked(t, load.total()+300) // and the first serves again
+	load.stop()
+	testcluster.WaitFor(t, 30*time.Second, "both members to hold every increment", func() error {
+		for _, m := range []*testcluster.Member{first, second} {
+			if err := load.check(t, m.URL(), "cnt$0"); err != nil {
+				return fmt.Errorf("on %s: %w", m.Tag, err)
+			}
+		}
+		return nil
+	})
+	for _, m := range []*testcluster.Member{first, second} {
+		conflicts := testcluster.Must(t, 200, "GET", m.URL()+"/databases/cnt$0/conflicts", "").JSON(t)
+		if r, _ := conflicts["Results"].([]any); len(r) > 0 {
+			t.Errorf("conflicts on %s after the restart: %v", m.Tag, r)
+		}
+	}
+}
+
+// increments is a load of If-Match increments on counters c/0..c/n-1
+// through one node.
+type increments struct {
+	acked, unknown []atomic.Int64
+	stopped        atomic.Bool
+	wg             sync.WaitGroup
+}
+
+func startIncrements(t *testing.T, url, db string, counters, workers int) *increments {
+	l := &increments{acked: make([]atomic.Int64, counters), unknown: make([]atomic.Int64, counters)}
+	client := &http.Client{Timeout: 30 * time.Second}
+	for w := range workers {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			k := w % counters
+			id := fmt.Sprintf("c/%d", k)
+			for !l.stopped.Load() {
+				res, err := client.Get(url + "/databases/" + db + "/docs?id=" + id)
+				if err != nil {
+					continue
+				}
+				var got struct {
+					Results []struct {
+						N        int64 `json:"n"`
+						Metadata struct {
+							CV string `json:"@change-vector"`
+						} `json:"@metadata"`
+					}
+				}
+				err = json.NewDecoder(res.Body).Decode(&got)
+				res.Body.Close()
+				if err != nil || res.StatusCode != 200 || len(got.Results) != 1 {
+					continue
+				}
+				req, _ := http.NewRequest("PUT", url+"/databases/"+db+"/docs?id="+id, strings.NewReader(fmt.Sprintf(`{"n":%d}`, got.Results[0].N+1)))
+				req.Header.Set("If-Match", `"`+got.Results[0].Metadata.CV+`"`)
+				res, err = client.Do(req)
+				if err != nil {
+					l.unknown[k].Add(1)
+					continue
+				}
+				res.Body.Close()
+				switch {
+				case res.StatusCode == 201:
+					l.acked[k].Add(1)
+				case res.StatusCode >= 500 && res.StatusCode != 503:
+					l.unknown[k].Add(1)
+				}
+			}
+		}()
+	}
+	return l
+}
+
+func (l *increments) total() int64 {
+	var sum int64
+	for i := range l.acked {
+		sum += l.acked[i].Load()
+	}
+	return sum
+}
+
+func (l *increments) waitAcked(t *testing.T, n int64) {
+	t.Helper()
+	testcluster.WaitFor(t, 60*time.Second, "increments to be acknowledged", func() error {
+		if got := l.total(); got < n {
+			return fmt.Errorf("%d of %d", got, n)
+		}
+		return nil
+	})
+}
+
+func (l *increments) stop() {
+	l.stopped.Store(true)
+	l.wg.Wait()
+}
+
+// check compares each counter on the replica that url and db (a "{db}${n}")
+// name with what was acknowledged.
+func (l *increments) check(t *testing.T, url, db string) error {
+	for i := range l.acked {
+		id := fmt.Sprintf("c/%d", i)
+		r, err := testcluster.Expect(200, "GET", fmt.Sprintf("%s/databases/%s/docs?id=%s", url, db, id), "")
+		if err != nil {
+			return err
+		}
+		n := int64(r.JSON(t)["Results"].([]any)[0].(map[string]any)["n"].(float64))
+		if want, maybe := l.acked[i].Load(), l.unknown[i].Load(); n < want || n > want+maybe {
+			return fmt.Errorf("%s = %d; %d increments were acknowledged, %d more had no certain answer", id, n, want, maybe)
+		}
+	}
+	return nil
 }
