@@ -58,6 +58,10 @@ func (n *Node) routes() http.Handler {
 	})
 	if n.cfg.Debug.Pprof {
 		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof", func(w http.ResponseWriter, r *http.Request) {
+			r.URL.Path += "/" // the index itself, not ServeMux's HTML redirect to it
+			pprof.Index(w, r)
+		})
 		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
 		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/shardnode/shardnode/config"
 )
 
 // TestMalformedRequestsGetJSONErrors: a query string that does not parse
@@ -54,4 +56,17 @@ func TestMalformedRequestsGetJSONErrors(t *testing.T) {
 		t.Fatalf("malformed requests changed the database:\n%s\n%s", before, after)
 	}
 	c.must(200, "GET", "/databases/shop/docs?id=a%2Fb%20c&id=a", "") // escapes that parse still work
+}
+
+// TestProfilerIndexWithoutTrailingSlash: with debug.pprof on, the
+// profiler's index answers on its path without the slash too, instead of
+// ServeMux's redirect with an HTML body.
+func TestProfilerIndexWithoutTrailingSlash(t *testing.T) {
+	n := testNode(t, t.TempDir(), func(c *config.Config) { c.Debug.Pprof = true })
+	c := client{t, n.HTTPURL()}
+	for _, path := range []string{"/debug/pprof", "/debug/pprof/"} {
+		if r := c.do("GET", path, ""); r.Status != 200 || !strings.Contains(string(r.Body), "goroutine") {
+			t.Errorf("GET %s: %d %.80s", path, r.Status, r.Body)
+		}
+	}
 }
