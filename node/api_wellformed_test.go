@@ -63,10 +63,16 @@ func TestMalformedRequestsGetJSONErrors(t *testing.T) {
 // ServeMux's redirect with an HTML body.
 func TestProfilerIndexWithoutTrailingSlash(t *testing.T) {
 	n := testNode(t, t.TempDir(), func(c *config.Config) { c.Debug.Pprof = true })
-	c := client{t, n.HTTPURL()}
+	hc := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	for _, path := range []string{"/debug/pprof", "/debug/pprof/"} {
-		if r := c.do("GET", path, ""); r.Status != 200 || !strings.Contains(string(r.Body), "goroutine") {
-			t.Errorf("GET %s: %d %.80s", path, r.Status, r.Body)
+		res, err := hc.Get(n.HTTPURL() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != 200 || !strings.Contains(string(body), "goroutine") {
+			t.Errorf("GET %s: %d %.80s", path, res.StatusCode, body)
 		}
 	}
 }
