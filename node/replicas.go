@@ -417,7 +417,8 @@ func (rs *replicaSet) writeMarker(r *raftfsm.DatabaseRecord) error {
 	return os.Rename(tmp, filepath.Join(dir, markerName))
 }
 
-// openReplica is one open replica of this node, for reporting.
+// openReplica is one open replica of this node, for /metrics and the
+// clean stop's drain.
 type openReplica struct {
 	key   replicaKey
 	store *storage.Store

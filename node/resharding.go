@@ -284,14 +284,15 @@ type migrationView struct {
 	Stuck       bool   `json:"Stuck"`
 	// WaitingFor names the nodes the step waits for (see waitingFor).
 	WaitingFor []string `json:"WaitingFor,omitempty"`
+	waitsTo    string   // what WaitingFor's nodes are to do, for alerts
 }
 
 // viewMigration is m as the API shows it; shards is the topology of m's
 // database (nil if unknown).
 func (n *Node) viewMigration(shards map[int]*raftfsm.ShardTopology, m *raftfsm.BucketMigration) migrationView {
 	d := time.Since(m.StatusSince)
-	waits, _ := n.waitingFor(shards, m)
-	return migrationView{BucketMigration: m, InStatusFor: d.Round(time.Millisecond).String(), Stuck: d > resharding.StuckAfter, WaitingFor: waits}
+	waits, what := n.waitingFor(shards, m)
+	return migrationView{BucketMigration: m, InStatusFor: d.Round(time.Millisecond).String(), Stuck: d > resharding.StuckAfter, WaitingFor: waits, waitsTo: what}
 }
 
 // waitingFor names the nodes m's step waits for, and says for what: in
@@ -352,8 +353,8 @@ func (n *Node) viewOperationOf(shards map[int]*raftfsm.ShardTopology, op *raftfs
 		}
 		if mv.Stuck {
 			alert := fmt.Sprintf("bucket %d stuck in %s for %s", m.Bucket, m.Status, mv.InStatusFor)
-			if nodes, what := n.waitingFor(shards, m); len(nodes) > 0 {
-				alert += fmt.Sprintf(", waiting for %s %s %s", plural(len(nodes), "node", "nodes"), strings.Join(nodes, ", "), what)
+			if nodes := mv.WaitingFor; len(nodes) > 0 {
+				alert += fmt.Sprintf(", waiting for %s %s %s", plural(len(nodes), "node", "nodes"), strings.Join(nodes, ", "), mv.waitsTo)
 			}
 			v.Alerts = append(v.Alerts, alert)
 		}

@@ -738,46 +738,56 @@ func (a *Agent) migrateLeftovers(ctx context.Context, rec *raftfsm.DatabaseRecor
 	if state == a.clean {
 		return
 	}
-	var found *storage.BucketStats
-	errStop := errors.New("stop")
-	pick := func(st storage.BucketStats) error {
-		if st.DocumentsCount+st.TombstonesCount == 0 {
-			return nil
-		}
-		if _, migrating := rec.Sharding.BucketMigrations[st.Bucket]; migrating {
-			return nil
-		}
-		found = &st
-		return errStop
+	strays, err := a.strayBuckets(rec, 1)
+	if err != nil {
+		return
 	}
-	// Only the ranges other shards own: a replica keeps statistics only
-	// for buckets that held items, so the sweep reads what was left
-	// behind (and the few buckets that moved away), not every bucket this
-	// shard owns, however large it grows.
-	ranges := rec.Sharding.BucketRanges
-	for i := 0; i < len(ranges) && found == nil; i++ {
-		if ranges[i].ShardNumber == a.shard {
-			continue
-		}
-		from, to := ranges.Span(i)
-		if err := a.s.RangeStats(from, to, pick); err != nil && !errors.Is(err, errStop) {
-			a.logger.Warn("documents migrator could not read bucket statistics", "from", from, "to", to, "err", err)
-			return
-		}
-	}
-	if found == nil {
+	if len(strays) == 0 {
 		a.clean = state
 		return
 	}
+	found := strays[0]
 	owner := rec.ShardOf(found.Bucket)
 	a.logger.Info("documents migrator found items in a bucket this shard does not own", "bucket", found.Bucket, "owner", owner, "documents", found.DocumentsCount, "tombstones", found.TombstonesCount)
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	err := a.c.Propose(pctx, &raftfsm.StartBucketMigration{Meta: raftfsm.Meta{At: time.Now().UTC()}, Database: a.db, Bucket: found.Bucket,
+	err = a.c.Propose(pctx, &raftfsm.StartBucketMigration{Meta: raftfsm.Meta{At: time.Now().UTC()}, Database: a.db, Bucket: found.Bucket,
 		SourceShard: a.shard, DestinationShard: owner, Leftovers: true})
 	if err != nil && !errors.Is(err, raftfsm.ErrConflict) {
 		a.logger.Warn("documents migrator could not start a migration", "bucket", found.Bucket, "err", err)
 	}
+}
+
+// strayBuckets returns the statistics of up to limit buckets that hold
+// items while rec gives them to another shard and no migration covers
+// them, in bucket order. It reads only the ranges other shards own: a
+// replica keeps statistics only for buckets that held items, so the sweep
+// reads what was left behind (and the few buckets that moved away), not
+// every bucket this shard owns, however large it grows.
+func (a *Agent) strayBuckets(rec *raftfsm.DatabaseRecord, limit int) ([]storage.BucketStats, error) {
+	var out []storage.BucketStats
+	errEnough := errors.New("enough")
+	pick := func(st storage.BucketStats) error {
+		if _, migrating := rec.Sharding.BucketMigrations[st.Bucket]; st.DocumentsCount+st.TombstonesCount > 0 && !migrating {
+			out = append(out, st)
+		}
+		if len(out) == limit {
+			return errEnough
+		}
+		return nil
+	}
+	ranges := rec.Sharding.BucketRanges
+	for i := 0; i < len(ranges) && len(out) < limit; i++ {
+		if ranges[i].ShardNumber == a.shard {
+			continue
+		}
+		from, to := ranges.Span(i)
+		if err := a.s.RangeStats(from, to, pick); err != nil && !errors.Is(err, errEnough) {
+			a.logger.Warn("documents migrator could not read bucket statistics", "from", from, "to", to, "err", err)
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // strayChunk bounds the ids of one ItemVersions request.
@@ -813,26 +823,13 @@ func (a *Agent) dropSuperseded(ctx context.Context, rec *raftfsm.DatabaseRecord)
 	if state == a.clean {
 		return
 	}
-	var strays []uint32
-	ranges := rec.Sharding.BucketRanges
-	for i := 0; i < len(ranges) && len(strays) < maxStrayBuckets; i++ {
-		if ranges[i].ShardNumber == a.shard {
-			continue
-		}
-		from, to := ranges.Span(i)
-		err := a.s.RangeStats(from, to, func(st storage.BucketStats) error {
-			if _, migrating := rec.Sharding.BucketMigrations[st.Bucket]; st.DocumentsCount+st.TombstonesCount > 0 && !migrating && len(strays) < maxStrayBuckets {
-				strays = append(strays, st.Bucket)
-			}
-			return nil
-		})
-		if err != nil {
-			a.logger.Warn("documents migrator could not read bucket statistics", "from", from, "to", to, "err", err)
-			return
-		}
+	strays, err := a.strayBuckets(rec, maxStrayBuckets)
+	if err != nil {
+		return
 	}
 	kept := 0
-	for _, b := range strays {
+	for _, st := range strays {
+		b := st.Bucket
 		n, err := a.dropSupersededIn(ctx, b, rec.ShardOf(b))
 		if err != nil {
 			if ctx.Err() == nil {
@@ -923,15 +920,7 @@ func (a *Agent) dropSupersededIn(ctx context.Context, b uint32, owner int) (int,
 // migration into its shard (or does not parse: then it is kept too).
 func movedIn(cv string) bool {
 	c, err := changevector.Parse(cv)
-	if err != nil {
-		return true
-	}
-	for _, e := range c.Order {
-		if e.Tag == changevector.MoveTag {
-			return true
-		}
-	}
-	return false
+	return err != nil || slices.ContainsFunc(c.Order, func(e changevector.Entry) bool { return e.Tag == changevector.MoveTag })
 }
 
 // bucketRangesView is what the documents migrator watches for: ownership

@@ -2,49 +2,19 @@ package resharding
 
 import (
 	"context"
-	"errors"
 	"log/slog"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/shardnode/shardnode/bucket"
 	"github.com/shardnode/shardnode/raftfsm"
 	"github.com/shardnode/shardnode/storage"
 )
 
-// strayCluster is a Cluster whose other shard is one local store.
+// strayCluster is fakeCluster (this node is B, every node is up) whose
+// other shard is one local store.
 type strayCluster struct {
-	tag   string
-	up    map[string]bool
-	rec   *raftfsm.DatabaseRecord
+	fakeCluster
 	owner *storage.Store // every replica of the other shard
-
-	mu       sync.Mutex
-	proposed []raftfsm.Command
-}
-
-func (f *strayCluster) NodeTag() string                                { return f.tag }
-func (f *strayCluster) Record(string) *raftfsm.DatabaseRecord          { return f.rec }
-func (f *strayCluster) Watch() (<-chan uint64, func())                 { return nil, func() {} }
-func (f *strayCluster) IsLeader() bool                                 { return false }
-func (f *strayCluster) Up(tag string) bool                             { return f.up[tag] }
-func (f *strayCluster) SendBatch(context.Context, *Batch) error        { return nil }
-func (f *strayCluster) WaitAllApplied(context.Context, uint64) error   { return nil }
-func (f *strayCluster) NotePurge(string, int, uint64)                  {}
-func (f *strayCluster) FenceWrites(context.Context, string, int) error { return nil }
-func (f *strayCluster) Failpoint(context.Context, string)              {}
-func (f *strayCluster) WaitReady(context.Context) error                { return nil }
-func (f *strayCluster) MigratorInterval() time.Duration                { return time.Hour }
-func (f *strayCluster) RangeStats(context.Context, string, int, uint32, uint32) ([]storage.BucketStats, error) {
-	return nil, errors.New("not used")
-}
-
-func (f *strayCluster) Propose(_ context.Context, cmd raftfsm.Command) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.proposed = append(f.proposed, cmd)
-	return nil
 }
 
 func (f *strayCluster) ItemVersions(_ context.Context, _ string, _ int, ids []string) (map[string]string, error) {
@@ -126,7 +96,7 @@ func TestStrayCopiesTheOwnerSupersedesAreDropped(t *testing.T) {
 		BucketRanges:     bucket.Ranges{{BucketRangeStart: 0, ShardNumber: 0}, {BucketRangeStart: bk, ShardNumber: 1}, {BucketRangeStart: bk + 1, ShardNumber: 0}},
 		BucketMigrations: map[uint32]*raftfsm.BucketMigration{},
 	}}
-	fc := &strayCluster{tag: "B", up: map[string]bool{"A": true, "B": true, "C": true}, rec: rec, owner: owner}
+	fc := &strayCluster{fakeCluster: fakeCluster{rec: rec}, owner: owner}
 	a := &Agent{c: fc, db: "db", shard: 0, s: mine, logger: slog.New(slog.DiscardHandler)}
 
 	for range 2 { // a second sweep changes nothing more

@@ -37,19 +37,7 @@ func TestCleanStopHandsOverAcknowledgedWrites(t *testing.T) {
 		// over as they would on a cut network: not what this test is about.
 		t.Skip("timing: members must hear each other's heartbeats")
 	}
-	c := testcluster.Start(t, testcluster.Options{Nodes: 3, Failpoints: "replication/before-send=300ms"})
-	testcluster.Must(t, 201, "PUT", c.URL(0)+"/admin/databases/cnt", `{"Shards":1,"ReplicationFactor":2}`)
-	members := shardMembers(t, c.URL(0), "cnt")[0]
-	first, second := memberByTag(c, members[0]), memberByTag(c, members[1])
-	var other *testcluster.Member // routes the writers' requests; stays up
-	for _, m := range c.Members {
-		if m != first && m != second {
-			other = m
-		}
-	}
-	const counters = 4
-	createCounters(t, other.URL(), "cnt", counters)
-
+	first, second, other := counterShard(t, testcluster.Options{Nodes: 3, Failpoints: "replication/before-send=300ms"}, counters)
 	load := startIncrements(t, other.URL(), "cnt", counters, 8)
 	load.waitAcked(t, 100)
 	first.Stop()                       // clean: SIGTERM for a process, Close in process
@@ -111,18 +99,7 @@ func TestRestartedFirstMemberTakesIncrementsWithoutConflicts(t *testing.T) {
 	if os.Getenv("SHARDNODE_KNOWN_GAPS") == "" {
 		t.Skip("known gap (see the comment); set SHARDNODE_KNOWN_GAPS=1 to run it")
 	}
-	c := testcluster.Start(t, testcluster.Options{Nodes: 3})
-	testcluster.Must(t, 201, "PUT", c.URL(0)+"/admin/databases/cnt", `{"Shards":1,"ReplicationFactor":2}`)
-	members := shardMembers(t, c.URL(0), "cnt")[0]
-	first, second := memberByTag(c, members[0]), memberByTag(c, members[1])
-	var other *testcluster.Member
-	for _, m := range c.Members {
-		if m != first && m != second {
-			other = m
-		}
-	}
-	const counters = 4
-	createCounters(t, other.URL(), "cnt", counters)
+	first, second, other := counterShard(t, testcluster.Options{Nodes: 3}, counters)
 	load := startIncrements(t, other.URL(), "cnt", counters, 8)
 	load.waitAcked(t, 50)
 	first.Stop()
@@ -239,6 +216,27 @@ func (l *increments) check(t *testing.T, url, db string) error {
 		}
 	}
 	return nil
+}
+
+// counters is how many counters the increment tests share out.
+const counters = 4
+
+// counterShard starts a 3-node cluster with database cnt of one shard on
+// two members, first and second, and creates n counters at 0 through the
+// third node, other, which routes the tests' requests and stays up.
+func counterShard(t *testing.T, opts testcluster.Options, n int) (first, second, other *testcluster.Member) {
+	t.Helper()
+	c := testcluster.Start(t, opts)
+	testcluster.Must(t, 201, "PUT", c.URL(0)+"/admin/databases/cnt", `{"Shards":1,"ReplicationFactor":2}`)
+	members := shardMembers(t, c.URL(0), "cnt")[0]
+	first, second = memberByTag(c, members[0]), memberByTag(c, members[1])
+	for _, m := range c.Members {
+		if m != first && m != second {
+			other = m
+		}
+	}
+	createCounters(t, other.URL(), "cnt", n)
+	return first, second, other
 }
 
 // createCounters writes c/0..c/n-1 at 0 through url. A write answered
