@@ -53,7 +53,7 @@ func TestSharedCompactionsKeepLevelsInShape(t *testing.T) {
 		settled := true
 		for _, s := range stores {
 			m := s.db.Metrics()
-			if m.Levels[0].TablesCount >= 4 || m.Compact.NumInProgress > 0 {
+			if m.Levels[0].TablesCount >= l0CompactionThreshold || m.Compact.NumInProgress > 0 {
 				settled = false
 			}
 		}

@@ -421,6 +421,70 @@ func TestWritesSeeStoredItemsAfterReopenAndEviction(t *testing.T) {
 	}
 }
 
+// TestBulkRoundsSeeItemsInTheLastLevel: a round large enough to look its
+// items up through the bloom-filtered iterator (probeMinOps) finds items
+// compacted into the last level, large and small, and misses only the new
+// ones, in buckets that hold others.
+func TestBulkRoundsSeeItemsInTheLastLevel(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(Options{Dir: t.TempDir(), NodeTag: "A"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	large := `{"f":"` + strings.Repeat("x", 2*bodyKeyMin) + `"}`
+	var ops []Op
+	for i := 0; i < 2*probeMinOps; i++ {
+		body := `{"v":1}`
+		if i%2 == 0 {
+			body = large
+		}
+		ops = append(ops, put(fmt.Sprintf("items/%d$b/%d", i, i%4), body))
+	}
+	res, err := s.Write(ctx, ops)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.db.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.db.Compact(ctx, []byte{0}, []byte{0xff}, true); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.db.Metrics().Levels[len(s.db.Metrics().Levels)-1].TablesCount; n == 0 {
+		t.Fatalf("nothing in the last level after a manual compaction")
+	}
+	// One round: every stored item with its If-Match, and as many new
+	// documents in the same four buckets.
+	var again []Op
+	for i, op := range ops {
+		again = append(again, Op{Kind: OpPut, ID: op.ID, Collection: "Users", Body: []byte(`{"v":2}`), IfMatch: res[i].ChangeVector})
+		again = append(again, put(fmt.Sprintf("new/%d$b/%d", i, i%4), `{"v":1}`))
+	}
+	if _, err := s.Write(ctx, again); err != nil {
+		t.Fatalf("round of %d ops: %v", len(again), err)
+	}
+	// A stale If-Match in a large round is refused: the lookup found the
+	// newer version.
+	stale := append([]Op{{Kind: OpPut, ID: ops[0].ID, Collection: "Users", Body: []byte(`{}`), IfMatch: res[0].ChangeVector}}, again[1:2*probeMinOps]...)
+	var ce *ConcurrencyError
+	if _, err := s.Write(ctx, stale); !errors.As(err, &ce) || ce.Actual == "" {
+		t.Fatalf("stale If-Match in a large round: %v, want a ConcurrencyError naming the stored version", err)
+	}
+	if st := s.Stats(); st.DocumentsCount != int64(2*len(ops)) {
+		t.Fatalf("store counts %d documents, want %d", st.DocumentsCount, 2*len(ops))
+	}
+	for k := 0; k < 4; k++ {
+		st, err := s.BucketStats(bucket.ForID(fmt.Sprintf("x$b/%d", k)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.DocumentsCount != int64(len(ops)/2) {
+			t.Fatalf("bucket b/%d: %d documents, want %d", k, st.DocumentsCount, len(ops)/2)
+		}
+	}
+}
+
 // TestChangesStopAtDurableEtag: an item Pebble already shows but whose
 // commit has not returned from its sync is not in the changes feed.
 func TestChangesStopAtDurableEtag(t *testing.T) {
