@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,6 +31,9 @@ type catchUps struct {
 	n      atomic.Int32 // len(behind): every routed read asks, and it is nearly always 0
 	mu     sync.Mutex
 	behind map[replicaKey]bool
+	// lifted is closed (and replaced) when a replica's mark is lifted:
+	// requests waiting for a member to serve look again.
+	lifted chan struct{}
 }
 
 func (c *catchUps) set(k replicaKey, behind bool) {
@@ -40,10 +44,32 @@ func (c *catchUps) set(k replicaKey, behind bool) {
 	}
 	if behind {
 		c.behind[k] = true
-	} else {
+	} else if c.behind[k] {
 		delete(c.behind, k)
+		if c.lifted != nil {
+			close(c.lifted)
+			c.lifted = nil
+		}
 	}
 	c.n.Store(int32(len(c.behind)))
+}
+
+// wait returns when a replica of this node serves again after catching
+// up, after d, or when ctx ends, whichever comes first.
+func (c *catchUps) wait(ctx context.Context, d time.Duration) {
+	c.mu.Lock()
+	if c.lifted == nil {
+		c.lifted = make(chan struct{})
+	}
+	lifted := c.lifted
+	c.mu.Unlock()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-lifted:
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
 
 func (c *catchUps) isBehind(db string, shard int) bool {
@@ -102,11 +128,23 @@ func (n *Node) startCatchUp(db string, shard int, s *storage.Store) *replicaCatc
 }
 
 // catchUpOnce runs catchUp within catchUpTimeout and then lifts the
-// replica's mark.
+// replica's mark. On a node that is starting, it first waits until the
+// node is ready, with the replica marked: replication to it goes on
+// meanwhile, and a catch-up done before the node serves would let the
+// peers take writes for a while after it looked (its routers send them
+// there while this node refuses).
 func (n *Node) catchUpOnce(ctx context.Context, k replicaKey, s *storage.Store) {
+	defer n.catchUps.set(k, false)
+	if !n.ready.Load() {
+		n.catchUps.set(k, true)
+		select {
+		case <-n.readyCh:
+		case <-ctx.Done():
+			return
+		}
+	}
 	ctx, cancel := context.WithTimeout(ctx, catchUpTimeout)
 	defer cancel()
-	defer n.catchUps.set(k, false)
 	start := time.Now()
 	if err := n.catchUp(ctx, k, s); err != nil && n.runCtx.Err() == nil && !errors.Is(err, context.Canceled) {
 		n.logger.Warn("replica serves before it caught up with its peers", "db", k.db, "shard", k.shard, "err", err)
@@ -137,17 +175,20 @@ func (n *Node) kickCatchUps() {
 }
 
 // catchUp marks the replica behind only once a member is known to be
-// ahead of it: a replica of a new database, or of a shard with no other
-// member, never refuses anything (while its node starts, the node's own
-// gate refuses routed requests).
+// ahead of it, or while members hand their writes over to it (see
+// takeWritesOver): a replica of a shard with no other member never
+// refuses anything (while its node starts, the node's own gate refuses
+// routed requests).
 func (n *Node) catchUp(ctx context.Context, k replicaKey, s *storage.Store) error {
 	db, shard := k.db, k.shard
 	rec := n.recordOf(db)
 	if rec == nil || rec.Sharding.Shards[shard] == nil {
 		return nil
 	}
+	members := rec.Sharding.Shards[shard].Members
 	want := map[string]uint64{} // peer replica's database id → its last etag
-	for _, tag := range rec.Sharding.Shards[shard].Members {
+	var answered []string       // the peers that did, in member order
+	for _, tag := range members {
 		if tag == n.cfg.Node.Tag {
 			continue
 		}
@@ -165,10 +206,28 @@ func (n *Node) catchUp(ctx context.Context, k replicaKey, s *storage.Store) erro
 			n.logger.Info("replica does not wait for a member it cannot reach", "db", db, "shard", shard, "member", tag, "err", err)
 			continue
 		}
+		answered = append(answered, tag)
 		if st.LastEtag > 0 && st.DatabaseID != "" {
 			want[st.DatabaseID] = st.LastEtag
 		}
 	}
+	if err := n.waitProgress(ctx, k, s, want); err != nil {
+		return err
+	}
+	self := slices.Index(members, n.cfg.Node.Tag)
+	var later []string
+	for _, tag := range answered {
+		if self >= 0 && slices.Index(members, tag) > self {
+			later = append(later, tag)
+		}
+	}
+	return n.takeWritesOver(ctx, k, s, later)
+}
+
+// waitProgress waits until the replica's replication progress from each
+// peer replica (by database id) reaches the etag want names, with the
+// replica marked behind while it has not.
+func (n *Node) waitProgress(ctx context.Context, k replicaKey, s *storage.Store, want map[string]uint64) error {
 	for {
 		changed := s.Changed()
 		behind := false
@@ -187,5 +246,56 @@ func (n *Node) catchUp(ctx context.Context, k replicaKey, s *storage.Store) erro
 			}
 			return ctx.Err()
 		}
+	}
+}
+
+// takeWritesOver has the peers that come after this node in the shard's
+// member order (routers prefer this one to them once it serves; they
+// took the shard's writes while it did not) hand the shard's writes over
+// (opHandOver), and waits until the replica holds what each had then. A
+// write its router sent to a peer while this replica refused it may
+// commit there after the first look at the peer's etag: serving without
+// it, the replica would take an If-Match write based on the version
+// before it, and both members would accept a write with the same
+// If-Match (a conflict).
+//
+// The peers refuse routed writes for handOverWindow from the request on;
+// when the replica does not hold their etags within half of it, it asks
+// again (which renews the window) until catchUpTimeout. A peer of an
+// earlier version, which does not know the op, or one that does not
+// answer, is not waited for: the replica serves as it did before.
+func (n *Node) takeWritesOver(ctx context.Context, k replicaKey, s *storage.Store, peers []string) error {
+	if len(peers) == 0 {
+		return nil
+	}
+	n.catchUps.set(k, true) // no routed request until the peers handed over
+	for {
+		want := map[string]uint64{}
+		for _, tag := range peers {
+			hctx, cancel := context.WithTimeout(ctx, readAttemptTimeout)
+			ho, err := (&remoteReplica{n: n, tag: tag, db: k.db, shard: k.shard}).askHandOver(hctx)
+			cancel()
+			if err != nil {
+				if ctx.Err() != nil {
+					return fmt.Errorf("ask %s to hand the writes over: %w", tag, ctx.Err())
+				}
+				if isUnknownOp(err) {
+					n.logger.Info("member of an earlier version cannot hand the shard's writes over; serving once caught up", "db", k.db, "shard", k.shard, "member", tag)
+				} else {
+					n.logger.Info("member did not hand the shard's writes over; serving without them", "db", k.db, "shard", k.shard, "member", tag, "err", err)
+				}
+				continue
+			}
+			if ho.LastEtag > 0 && ho.DatabaseID != "" {
+				want[ho.DatabaseID] = ho.LastEtag
+			}
+		}
+		wctx, cancel := context.WithTimeout(ctx, handOverWindow/2)
+		err := n.waitProgress(wctx, k, s, want)
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		n.logger.Info("replica does not hold what its members handed over yet; asking again", "db", k.db, "shard", k.shard, "members", peers)
 	}
 }

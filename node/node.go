@@ -66,6 +66,7 @@ type Node struct {
 	// peers notice a restart that was faster than their down detection.
 	incarnation string
 	catchUps    catchUps      // replicas behind their peers, skipped by routed requests
+	handOvers   handOvers     // replicas that handed their writes over to a member that caught up
 	ready       atomic.Bool   // Start finished: the node serves its databases
 	draining    atomic.Bool   // Close began: writes wait for drained, then go elsewhere
 	drained     chan struct{} // closed when the drain ended (see drainWrites)

@@ -160,6 +160,14 @@ func (l *localReplica) write(ctx context.Context, ops []storage.Op, wc writeConc
 		fence.exit(g)
 		return nil, l.n.refuseWhileStopping(ctx, l.db, l.shard)
 	}
+	if l.routed {
+		// Checked inside the fence too: a hand-over waits for the writes
+		// that passed, and answers an etag that covers them.
+		if err := l.n.handingOver(l.db, l.shard); err != nil {
+			fence.exit(g)
+			return nil, err
+		}
+	}
 	if err := l.n.guardWrites(l.db, l.shard, ops, routed); err != nil {
 		fence.exit(g)
 		return nil, err
@@ -666,6 +674,7 @@ func (n *Node) registerShardRPC() {
 		}
 		return l.itemVersions(ctx, req.IDs)
 	}
+	n.rpcHandlers[opHandOver] = n.serveHandOver
 	n.rpcHandlers["shard.range-stats"] = func(ctx context.Context, data []byte) (any, error) {
 		l, req, err := local(data)
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/shardnode/shardnode/bucket"
@@ -114,23 +115,57 @@ func (n *Node) onShardWithin(ctx context.Context, t target, shard int, read bool
 		return notFound("ShardDoesNotExist", "database %q has no shard %d", t.rec.DatabaseName, shard)
 	}
 	var errs []error
-	for _, tag := range n.membersByPreference(topo.Members) {
-		if ctx.Err() != nil {
+	var waitUntil time.Time // when waiting for a member to serve ends
+	for pause := shardWaitFirst; ; pause = min(2*pause, shardWaitMaxPause) {
+		errs = errs[:0]
+		for _, tag := range n.membersByPreference(topo.Members) {
+			if ctx.Err() != nil {
+				break
+			}
+			err := n.attempt(ctx, t.rec.DatabaseName, shard, tag, read, extra, fn)
+			if err == nil {
+				return nil
+			}
+			if !retryable(err) && !(read && errors.Is(err, errTimeout)) {
+				return err
+			}
+			errs = append(errs, err)
+		}
+		if ctx.Err() != nil || !slices.ContainsFunc(errs, servesSoon) {
 			break
 		}
-		err := n.attempt(ctx, t.rec.DatabaseName, shard, tag, read, extra, fn)
-		if err == nil {
-			return nil
+		// A member catches up, or hands the shard's writes over to one
+		// that did: one of them serves in a moment (a restart's normal
+		// course), so wait for it rather than fail the request.
+		if waitUntil.IsZero() {
+			waitUntil = time.Now().Add(shardWaitMax)
 		}
-		if !retryable(err) && !(read && errors.Is(err, errTimeout)) {
-			return err
+		if time.Now().Add(pause).After(waitUntil) {
+			break
 		}
-		errs = append(errs, err)
+		n.catchUps.wait(ctx, pause)
 	}
 	if ctx.Err() != nil {
 		errs = append(errs, ctx.Err())
 	}
 	return unavailable("no replica of shard %d of %q answered (members %v): %v", shard, t.rec.DatabaseName, topo.Members, errors.Join(errs...))
+}
+
+// How long a request refused by every member of a shard, by at least one
+// because it catches up or hands its writes over (servesSoon), waits for
+// one to serve, and the pauses between its rounds (doubling).
+const (
+	shardWaitMax      = handOverWindow
+	shardWaitFirst    = 10 * time.Millisecond
+	shardWaitMaxPause = 250 * time.Millisecond
+)
+
+// servesSoon reports a refusal by a member that serves the shard again
+// shortly: it catches up with its peers, or handed the writes over to a
+// member that does.
+func servesSoon(err error) bool {
+	var ae *apiError
+	return errors.As(err, &ae) && ae.Status == http.StatusServiceUnavailable && (ae.Type == "ShardCatchingUp" || ae.Type == "ShardHandingOver")
 }
 
 func (n *Node) attempt(ctx context.Context, db string, shard int, tag string, read bool, extra time.Duration, fn func(context.Context, shardReplica) error) error {

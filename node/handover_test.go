@@ -1,0 +1,106 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/shardnode/shardnode/storage"
+)
+
+// TestHandOverRefusesRoutedWritesForTheWindow: a replica asked to hand
+// its shard's writes over to a member that caught up refuses routed
+// writes from then on with the retryable 503 ShardHandingOver, answers
+// only once the write that was committing has committed, with an etag
+// that covers it, and takes routed writes again once the window ended or
+// the member it handed over to is known down. Reads, and writes to the
+// replica itself ("{db}${n}"), are not held back.
+func TestHandOverRefusesRoutedWritesForTheWindow(t *testing.T) {
+	n := testNode(t, t.TempDir())
+	c := client{t, n.HTTPURL()}
+	c.must(201, "PUT", "/admin/databases/db", `{"Shards": 1}`)
+	c.must(201, "PUT", "/databases/db/docs?id=a", `{"v":1}`)
+	ctx := context.Background()
+	k := replicaKey{"db", 0}
+
+	replica := func(routed bool) *localReplica {
+		t.Helper()
+		l, err := n.local("db", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.routed = routed
+		return l
+	}
+	put := func(l *localReplica, id string) error {
+		_, err := l.write(ctx, []storage.Op{{Kind: storage.OpPut, ID: id, Body: []byte(`{"v":2}`)}}, writeConcern{}, 0)
+		return err
+	}
+	refused := func(what string, err error) {
+		t.Helper()
+		var ae *apiError
+		if !errors.As(err, &ae) || ae.Status != 503 || ae.Type != "ShardHandingOver" || !retryable(err) || !servesSoon(err) {
+			t.Fatalf("%s: got %v, want a retryable 503 ShardHandingOver", what, err)
+		}
+	}
+
+	// A write that passed the checks and is committing: inside the fence.
+	fence := n.replicas.fence("db", 0)
+	inFlight := fence.enter()
+	type answer struct {
+		r   handOverReply
+		err error
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		r, err := n.handOver(ctx, replica(false), "R")
+		answered <- answer{r, err}
+	}()
+	waitFor(t, 10*time.Second, "the hand-over to be marked", func() bool { _, ok := n.handOvers.active(k, func(string) bool { return true }); return ok })
+
+	refused("routed write during the hand-over", put(replica(true), "b"))
+	select {
+	case a := <-answered:
+		t.Fatalf("the hand-over answered %+v, %v while a write was committing", a.r, a.err)
+	default:
+	}
+	res, err := replica(false).s.Write(ctx, []storage.Op{{Kind: storage.OpPut, ID: "inflight", Body: []byte(`{"v":3}`)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fence.exit(inFlight)
+	a := <-answered
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	if a.r.LastEtag < res[0].Etag || a.r.DatabaseID != replica(false).s.DatabaseID() {
+		t.Errorf("hand-over answered %+v; the write committing got etag %d on replica %s", a.r, res[0].Etag, replica(false).s.DatabaseID())
+	}
+
+	refused("routed write after the answer", put(replica(true), "b"))
+	if docs, err := replica(true).get(ctx, []string{"a"}, 0); err != nil || docs[0] == nil {
+		t.Errorf("routed read during the hand-over: %v %v", docs, err)
+	}
+	if err := put(replica(false), "direct"); err != nil {
+		t.Errorf("write to db$0 during the hand-over: %v", err)
+	}
+
+	// The window ends (here: its deadline is now).
+	n.handOvers.set(k, "R", time.Now())
+	if err := put(replica(true), "b"); err != nil {
+		t.Errorf("routed write after the window: %v", err)
+	}
+
+	// The member handed over to goes down: the window ends at once.
+	if _, err := n.handOver(ctx, replica(false), "R"); err != nil {
+		t.Fatal(err)
+	}
+	refused("routed write during the second hand-over", put(replica(true), "c"))
+	n.health.heard("R", "1")
+	n.health.markDown("R")
+	if err := put(replica(true), "c"); err != nil {
+		t.Errorf("routed write once the member handed over to is down: %v", err)
+	}
+	c.must(200, "GET", "/databases/db/docs?id=c", "")
+}
