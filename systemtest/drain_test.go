@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -83,21 +82,25 @@ func TestStoppingLeaderHandsLeadershipOver(t *testing.T) {
 // TestRestartedFirstMemberTakesIncrementsWithoutConflicts: If-Match
 // increments go on through a shard's second member while its first is
 // stopped, and through the first again once it restarted and caught up.
-// The first must not serve before it holds what the second took: every
-// counter equals its acknowledged increments on both members, and no
-// conflict is recorded. A replica that caught up once, to where the
-// other member was when it asked, served while that member went on
-// taking the increments routed to it meanwhile.
+// The first must not serve before it holds every increment the second
+// acknowledged: every counter equals its acknowledged increments on both
+// members, and no conflict is recorded.
 //
-// Known to fail in about 1 run of 6: a write routed to the second member
-// just before the first serves again commits there after the first's
-// catch-up looked, and an increment based on the older version is taken
-// on the first. Asking again until a round finds nothing new (tried in
-// session 8) did not change the rate; closing it needs the members to
-// hand the shard's writes over, which is not built.
+// A replica that caught up once, to where the other member was when it
+// asked, served while that member went on taking the increments routed
+// to it meanwhile. Then, with the catch-up asking once: a write the first
+// refused while catching up, retried on the second, committed there after
+// the first looked, and the first took an increment based on the older
+// version (7 of 30 runs had a conflict). The second member now hands the
+// shard's writes over before the first serves (node/handover.go): it stops
+// taking routed writes, lets the ones committing finish, and names its
+// last change, which the first waits to hold.
 func TestRestartedFirstMemberTakesIncrementsWithoutConflicts(t *testing.T) {
-	if os.Getenv("SHARDNODE_KNOWN_GAPS") == "" {
-		t.Skip("known gap (see the comment); set SHARDNODE_KNOWN_GAPS=1 to run it")
+	if testing.Short() {
+		// As for TestCleanStopHandsOverAcknowledgedWrites: under the race
+		// detector heartbeats starve, and writes fail over as on a cut
+		// network, where two members may each take one.
+		t.Skip("timing: members must hear each other's heartbeats")
 	}
 	first, second, other := counterShard(t, testcluster.Options{Nodes: 3}, counters)
 	load := startIncrements(t, other.URL(), "cnt", counters, 8)
