@@ -3,8 +3,11 @@ package node
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/shardnode/shardnode/storage"
 )
@@ -103,4 +106,76 @@ func TestHandOverRefusesRoutedWritesForTheWindow(t *testing.T) {
 		t.Errorf("routed write once the member handed over to is down: %v", err)
 	}
 	c.must(200, "GET", "/databases/db/docs?id=c", "")
+}
+
+// TestHandOverFromAnEarlierVersionIsNotWaitedFor: a member of an earlier
+// version answers shard.hand-over as an unknown op (as every version
+// answers one), and a member that handed over answers its etag; the
+// replica taking the writes over waits for the etag of the one and not
+// for the other, instead of hanging until its catch-up times out.
+func TestHandOverFromAnEarlierVersionIsNotWaitedFor(t *testing.T) {
+	n := testNode(t, t.TempDir())
+	c := client{t, n.HTTPURL()}
+	c.must(201, "PUT", "/admin/databases/db", `{"Shards": 1}`)
+	l, err := n.local("db", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Two peers on the bus: OLD predates the op, NEW hands over the etag
+	// this replica holds already from it.
+	var asked atomic.Int32
+	serve := func(tag string, answer func(m *nats.Msg) *nats.Msg) {
+		sub, err := n.bus.nc.Subscribe(n.rpcSubject(tag), func(m *nats.Msg) {
+			if m.Header.Get("Op") == opHandOver {
+				asked.Add(1)
+			}
+			_ = m.RespondMsg(answer(m))
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { sub.Unsubscribe() })
+	}
+	serve("OLD", func(m *nats.Msg) *nats.Msg {
+		r := nats.NewMsg(m.Reply)
+		r.Header.Set("Status", "400")
+		r.Header.Set("Error-Type", "BadRequest")
+		r.Data = []byte(unknownOpPrefix + `"` + m.Header.Get("Op") + `"`)
+		return r
+	})
+	serve("NEW", func(m *nats.Msg) *nats.Msg {
+		r := nats.NewMsg(m.Reply)
+		r.Header.Set("Status", "200")
+		r.Data = []byte(`{"DatabaseId":"new-peer","LastEtag":7}`)
+		return r
+	})
+	if _, err := l.s.Write(context.Background(), []storage.Op{{Kind: storage.OpSetProgress, Source: "new-peer", Etag: 7}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), catchUpTimeout)
+	defer cancel()
+	k := replicaKey{"db", 0}
+	defer n.catchUps.set(k, false)
+	if err := n.takeWritesOver(ctx, k, l.s, []string{"OLD", "NEW"}); err != nil {
+		t.Fatalf("take the writes over from an earlier version's member: %v", err)
+	}
+	if got := asked.Load(); got != 2 {
+		t.Errorf("%d hand-over requests answered; want one to each member", got)
+	}
+
+	// A member that names more than this replica holds is waited for.
+	serve("AHEAD", func(m *nats.Msg) *nats.Msg {
+		r := nats.NewMsg(m.Reply)
+		r.Header.Set("Status", "200")
+		r.Data = []byte(`{"DatabaseId":"new-peer","LastEtag":8}`)
+		return r
+	})
+	short, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if err := n.takeWritesOver(short, k, l.s, []string{"OLD", "AHEAD"}); err == nil {
+		t.Errorf("took the writes over from a member whose last etag this replica does not hold")
+	}
+	if !n.catchUps.isBehind("db", 0) {
+		t.Errorf("the replica serves while a member's hand-over is not held")
+	}
 }
