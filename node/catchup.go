@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -241,10 +242,16 @@ func (n *Node) waitProgress(ctx context.Context, k replicaKey, s *storage.Store,
 		select {
 		case <-changed:
 		case <-ctx.Done():
-			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				return errors.New("timed out")
+			var short []string
+			for id, etag := range want {
+				if got := s.ReplicationProgress(id); got < etag {
+					short = append(short, fmt.Sprintf("%s at %d of %d", id, got, etag))
+				}
 			}
-			return ctx.Err()
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return fmt.Errorf("timed out behind peer replicas (%s)", strings.Join(short, ", "))
+			}
+			return fmt.Errorf("wait for peer replicas (%s): %w", strings.Join(short, ", "), ctx.Err())
 		}
 	}
 }
