@@ -331,7 +331,7 @@ const listCheckEvery = 1024
 // that the check lets through saw every bucket the router's record gives
 // this shard.
 func (l *localReplica) list(ctx context.Context, a listArgs) ([]listKey, error) {
-	if err := l.servesClients(); err != nil {
+	if err := l.servesReads(ctx); err != nil {
 		return nil, err
 	}
 	f := a.filter()

@@ -30,7 +30,10 @@ import (
 // waits at most routedFreshWait. A replica trusts a router's newer record
 // only while its own node is fresh. Reads are served throughout: a stale node
 // answers from what it holds, and its replicas catch up again once it is
-// back (kickCatchUps).
+// back (kickCatchUps). Two exceptions: a replica that refused a routed
+// write while its node was stale (another member may have taken it, see
+// refusedWhileStale), and a read on a node that stood still
+// (localReplica.servesReads).
 //
 // Staleness is thereby bounded by freshFor, and a database delete waits
 // freshFor before it answers: any request a client sends after the answer
@@ -78,6 +81,13 @@ func (f *freshness) fresh() bool {
 	return ok && age < freshFor
 }
 
+// lapsed reports whether the last confirmation was asked more than d ago
+// (false if there was none yet: a starting node has its own gate).
+func (f *freshness) lapsed(d time.Duration) bool {
+	age, ok := f.age()
+	return ok && age > d
+}
+
 // age is how long ago the last confirmed check was asked; false if never.
 func (f *freshness) age() (time.Duration, bool) {
 	at := f.at.Load()
@@ -116,6 +126,7 @@ func (n *Node) runFreshness(ctx context.Context) {
 	// then lack writes their peers took. A lapse that is only a leader
 	// election, while replication ran on, is not one.
 	cutOff := false
+	refused := false   // see refusedWhileStale
 	last := time.Now() // when the previous check returned
 	for {
 		asked := time.Now()
@@ -136,15 +147,22 @@ func (n *Node) runFreshness(ctx context.Context) {
 		if err != nil && n.health.heardNone(freshFor) {
 			cutOff = true
 		}
+		if n.staleRefusals.Swap(false) {
+			// A replica refused routed writes for want of a confirmation,
+			// and their routers sent them to other members: it is marked
+			// behind, and catches up at the next confirmation, even one
+			// that comes before this loop sees the node lapsed.
+			refused = true
+		}
 		switch {
 		case err == nil:
-			if !n.fresh.fresh() && cutOff && n.ready.Load() {
+			if ((!n.fresh.fresh() && cutOff) || refused) && n.ready.Load() {
 				// Back in touch: the replicas' peers may hold writes these
 				// lack. Marked before the node serves again.
 				n.logger.Info("node is back in touch with the cluster; its replicas catch up with their peers")
 				n.kickCatchUps()
 			}
-			cutOff = false
+			cutOff, refused = false, false
 			n.fresh.confirm(asOf)
 			leaderless = time.Time{}
 		case ctx.Err() != nil:
@@ -198,6 +216,20 @@ func (n *Node) checkFresh(ctx context.Context, asked time.Time) (time.Time, erro
 		return asked, err
 	}
 	return asked.Add(-rep.FreshAgo), n.replicas.waitSettled(ctx, n.fsm.AppliedIndex())
+}
+
+// refusedWhileStale notes that a replica of this node refused a routed
+// write because the node could not confirm it follows the cluster. The
+// router then sends the write to another member, which may take it (a
+// member on a node that still hears the leader): an If-Match write this
+// replica took later, against the version it holds, would pass against an
+// older version than the latest acknowledged one. So the replica is behind
+// from now on (reads go to another member too), and when the node
+// confirms again its replicas catch up (and have their later members hand
+// the writes over) before they serve, as after a pause.
+func (n *Node) refusedWhileStale(db string, shard int) {
+	n.catchUps.set(replicaKey{db, shard}, true)
+	n.staleRefusals.Store(true)
 }
 
 // errNotFresh answers a client request on a node that could not confirm

@@ -65,13 +65,17 @@ type Node struct {
 	// incarnation is random and new at every start; heartbeats carry it so
 	// peers notice a restart that was faster than their down detection.
 	incarnation string
-	catchUps    catchUps      // replicas behind their peers, skipped by routed requests
-	handOvers   handOvers     // replicas that handed their writes over to a member that caught up
-	ready       atomic.Bool   // Start finished: the node serves its databases
-	draining    atomic.Bool   // Close began: writes wait for drained, then go elsewhere
-	drained     chan struct{} // closed when the drain ended (see drainWrites)
-	readyCh     chan struct{} // closed when Start finished
-	removed     atomic.Bool   // raft's configuration no longer lists this node
+	catchUps    catchUps  // replicas behind their peers, skipped by routed requests
+	handOvers   handOvers // replicas that handed their writes over to a member that caught up
+	// staleRefusals: a replica refused a routed write while this node was
+	// not fresh (see refusedWhileStale); the next confirmation catches
+	// the replicas up first.
+	staleRefusals atomic.Bool
+	ready         atomic.Bool   // Start finished: the node serves its databases
+	draining      atomic.Bool   // Close began: writes wait for drained, then go elsewhere
+	drained       chan struct{} // closed when the drain ended (see drainWrites)
+	readyCh       chan struct{} // closed when Start finished
+	removed       atomic.Bool   // raft's configuration no longer lists this node
 	// removedForGood: the leader refused this node's registration, or a
 	// member said the cluster no longer lists it; unlike removed, raft's
 	// (possibly stale) configuration cannot clear it.

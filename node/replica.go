@@ -110,10 +110,29 @@ func (l *localReplica) servesClients() error {
 	return nil
 }
 
+// servesReads is servesClients for a routed read, which a node that
+// stood still (a SIGSTOP, a long pause) does not answer from what it held
+// before: requests that queued while it was stopped run the moment it
+// resumes, before its freshness loop found out and marked its replicas
+// behind, and would see none of the writes the other members took
+// meanwhile. Such a read waits for the node's next confirmation (which
+// marks the replicas behind first), at most routedFreshWait. A short
+// lapse (a leader election) does not hold reads up.
+func (l *localReplica) servesReads(ctx context.Context) error {
+	if err := l.servesClients(); err != nil {
+		return err
+	}
+	if l.routed && l.n.fresh.lapsed(2*freshFor) {
+		l.n.fresh.wait(ctx, routedFreshWait)
+		return l.servesClients()
+	}
+	return nil
+}
+
 func (l *localReplica) node() string { return l.n.cfg.Node.Tag }
 
-func (l *localReplica) get(_ context.Context, ids []string, recordEtag uint64) ([]*storage.Document, error) {
-	if err := l.servesClients(); err != nil {
+func (l *localReplica) get(ctx context.Context, ids []string, recordEtag uint64) ([]*storage.Document, error) {
+	if err := l.servesReads(ctx); err != nil {
 		return nil, err
 	}
 	out := make([]*storage.Document, len(ids))
@@ -148,6 +167,11 @@ func (l *localReplica) write(ctx context.Context, ops []storage.Op, wc writeConc
 		// stall, the node marks its replicas behind before it confirms,
 		// and the check below then refuses.
 		if !l.n.fresh.wait(ctx, routedFreshWait) {
+			// The router sends the write to another member, which may
+			// take it: this replica is behind from now on, and serves
+			// again only after its node confirmed it follows the cluster
+			// and it caught up (see refusedWhileStale).
+			l.n.refusedWhileStale(l.db, l.shard)
 			return nil, errCatchingUp(l.n, l.db, l.shard)
 		}
 		if err := l.servesClients(); err != nil {
@@ -193,8 +217,8 @@ func (l *localReplica) write(ctx context.Context, ops []storage.Op, wc writeConc
 	return res, nil
 }
 
-func (l *localReplica) query(_ context.Context, a queryArgs) (queryAnswer, error) {
-	if err := l.servesClients(); err != nil {
+func (l *localReplica) query(ctx context.Context, a queryArgs) (queryAnswer, error) {
+	if err := l.servesReads(ctx); err != nil {
 		return queryAnswer{}, err
 	}
 	q, err := rql.Parse(a.Query, a.Params)

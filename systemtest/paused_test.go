@@ -1,6 +1,7 @@
 package systemtest
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -213,5 +214,68 @@ func TestNodeRemovedWhileFrozenStaysRemoved(t *testing.T) {
 	}
 	if r, _ := testcluster.Do("PUT", victim.URL()+"/databases/db/docs?id=x", `{}`); r.Status != 503 || !strings.Contains(string(r.Body), "NodeRemoved") {
 		t.Fatalf("a write through the removed node: %d %s", r.Status, r.Body)
+	}
+}
+
+// TestResumedNodeServesNoReadFromBeforeItsPause: reads that reach a
+// shard's first member while it is frozen run the moment it resumes,
+// before its freshness loop finds out it stood still. They must not answer
+// from what the replica held before the pause: the other member took
+// writes meanwhile, and a client that read the old version would base an
+// If-Match on it. Each read queued there must see the write acknowledged
+// before it was sent, or be refused; never the old version.
+func TestResumedNodeServesNoReadFromBeforeItsPause(t *testing.T) {
+	if testing.Short() {
+		t.Skip("process cluster")
+	}
+	first, second, other := counterShard(t, testcluster.Options{Nodes: 3, Mode: testcluster.Processes}, 1)
+	first.Pause()
+	defer first.Resume2()
+	testcluster.WaitFor(t, 30*time.Second, "a write through the other member", func() error {
+		_, err := testcluster.Expect(201, "PUT", other.URL()+"/databases/cnt/docs?id=c/0", `{"n":1}`)
+		return err
+	})
+	if _, err := testcluster.Expect(200, "GET", second.URL()+"/databases/cnt$0/docs?id=c/0", ""); err != nil {
+		t.Fatalf("the second member does not hold the write it took: %v", err)
+	}
+	// Reads sent to the frozen node wait in its socket queue; those that
+	// got there before it resumes run first thing.
+	const reads = 8
+	type answer struct {
+		status int
+		n      float64
+		err    error
+	}
+	answers := make(chan answer, reads)
+	client := &http.Client{Timeout: 30 * time.Second}
+	for range reads {
+		go func() {
+			res, err := client.Get(first.URL() + "/databases/cnt/docs?id=c/0")
+			if err != nil {
+				answers <- answer{err: err}
+				return
+			}
+			defer res.Body.Close()
+			var got struct{ Results []struct{ N float64 } }
+			err = json.NewDecoder(res.Body).Decode(&got)
+			a := answer{status: res.StatusCode, err: err}
+			if len(got.Results) == 1 {
+				a.n = got.Results[0].N
+			}
+			answers <- a
+		}()
+	}
+	time.Sleep(300 * time.Millisecond) // let the requests reach the frozen node's socket queue
+	first.Resume()
+	for range reads {
+		a := <-answers
+		switch {
+		case a.err != nil:
+			t.Logf("read through the resumed node: %v", a.err)
+		case a.status == 200 && a.n != 1:
+			t.Errorf("a read sent after n=1 was acknowledged answered n=%v from the resumed node", a.n)
+		case a.status != 200 && a.status != 503:
+			t.Errorf("read through the resumed node: status %d", a.status)
+		}
 	}
 }
