@@ -28,7 +28,7 @@ func expectedRows() [][2]string {
 		{"reshard-small-buckets", "shardnode"},
 		{"reshard-bulk-transfer", "shardnode"}, {"reshard-bulk-transfer", "shardnode-rf1"}, {"reshard-bulk-transfer", "pebble"},
 		{"reshard-foreground", "shardnode"}, {"reshard-foreground", "no-move"},
-		{"reshard-foreground-half-load", "shardnode"}, {"reshard-foreground-half-load", "no-move"},
+		{"reshard-foreground-open-loop", "shardnode"}, {"reshard-foreground-open-loop", "no-move"},
 	}
 }
 
@@ -79,7 +79,7 @@ func TestQuickRunProducesEveryRow(t *testing.T) {
 	}
 	// The resharding rows: their own figures and their ratios are there
 	// (never a speed).
-	for _, w := range []string{"reshard-small-buckets", "reshard-bulk-transfer", "reshard-foreground", "reshard-foreground-half-load"} {
+	for _, w := range []string{"reshard-small-buckets", "reshard-bulk-transfer", "reshard-foreground", "reshard-foreground-open-loop"} {
 		if row, _ := rep.Row(w, "shardnode"); row.Reshard == nil || row.Reshard.DocumentsMoved <= 0 || row.Reshard.BytesMoved <= 0 {
 			t.Errorf("%s/shardnode row without resharding figures: %+v", w, row)
 		}
@@ -90,7 +90,7 @@ func TestQuickRunProducesEveryRow(t *testing.T) {
 	if row, _ := rep.Row("reshard-bulk-transfer", "shardnode"); row.MBPerSec <= 0 {
 		t.Errorf("reshard-bulk-transfer/shardnode row without MB/s: %+v", row)
 	}
-	for _, b := range [][2]string{{"reshard-bulk-transfer", "pebble"}, {"reshard-foreground", "no-move"}, {"reshard-foreground-half-load", "no-move"}} {
+	for _, b := range [][2]string{{"reshard-bulk-transfer", "pebble"}, {"reshard-foreground", "no-move"}, {"reshard-foreground-open-loop", "no-move"}} {
 		if row, _ := rep.Row(b[0], b[1]); row.VsOps <= 0 {
 			t.Errorf("%s/%s row without a ratio: %+v", b[0], b[1], row)
 		}

@@ -427,7 +427,7 @@ func makeRow(workload, system, unit string, s *sample, err error, skip string) R
 func workloadRank(w string) int {
 	order := []string{rowBulk, WorkloadPut, WorkloadGet, WorkloadYCSBA, WorkloadYCSBB, WorkloadYCSBC,
 		WorkloadYCSBD, WorkloadYCSBE, WorkloadYCSBF, rowNATSRequest, rowNATSPublish, WorkloadRSS,
-		WorkloadReshardSmall, WorkloadReshardBulk, WorkloadReshardForeground, rowReshardHalfLoad}
+		WorkloadReshardSmall, WorkloadReshardBulk, WorkloadReshardForeground, rowReshardOpenLoop}
 	if i := slices.Index(order, w); i >= 0 {
 		return i
 	}
