@@ -30,10 +30,10 @@ import (
 // waits at most routedFreshWait. A replica trusts a router's newer record
 // only while its own node is fresh. Reads are served throughout: a stale node
 // answers from what it holds, and its replicas catch up again once it is
-// back (kickCatchUps). Two exceptions: a replica that refused a routed
-// write while its node was stale (another member may have taken it, see
-// refusedWhileStale), and a read on a node that stood still
-// (localReplica.servesReads).
+// back (kickCatchUps); a routed read first waits up to routedFreshWait for
+// a confirmation (localReplica.servesReads). A replica that refused a
+// routed write while its node was stale (another member may have taken
+// it, see refusedWhileStale) serves nothing until it caught up.
 //
 // Staleness is thereby bounded by freshFor, and a database delete waits
 // freshFor before it answers: any request a client sends after the answer
@@ -79,13 +79,6 @@ func (f *freshness) confirm(asked time.Time) {
 func (f *freshness) fresh() bool {
 	age, ok := f.age()
 	return ok && age < freshFor
-}
-
-// lapsed reports whether the last confirmation was asked more than d ago
-// (false if there was none yet: a starting node has its own gate).
-func (f *freshness) lapsed(d time.Duration) bool {
-	age, ok := f.age()
-	return ok && age > d
 }
 
 // age is how long ago the last confirmed check was asked; false if never.

@@ -111,18 +111,20 @@ func (l *localReplica) servesClients() error {
 }
 
 // servesReads is servesClients for a routed read, which a node that
-// stood still (a SIGSTOP, a long pause) does not answer from what it held
-// before: requests that queued while it was stopped run the moment it
-// resumes, before its freshness loop found out and marked its replicas
-// behind, and would see none of the writes the other members took
-// meanwhile. Such a read waits for the node's next confirmation (which
-// marks the replicas behind first), at most routedFreshWait. A short
-// lapse (a leader election) does not hold reads up.
+// could not confirm lately that it follows the cluster does not answer at
+// once. Requests that queued while the node stood still (a SIGSTOP, a
+// long pause) run the moment it resumes, before its freshness loop found
+// out and marked its replicas behind, and would see none of the writes
+// the other members took meanwhile. Such a read waits for the node's next
+// confirmation (which marks the replicas behind first, and then the
+// router asks another member), at most routedFreshWait; past that (a node
+// cut off from the leader, or an election) it is served from what the
+// replica holds, as before.
 func (l *localReplica) servesReads(ctx context.Context) error {
 	if err := l.servesClients(); err != nil {
 		return err
 	}
-	if l.routed && l.n.fresh.lapsed(2*freshFor) {
+	if l.routed && !l.n.fresh.fresh() {
 		l.n.fresh.wait(ctx, routedFreshWait)
 		return l.servesClients()
 	}

@@ -228,14 +228,49 @@ func TestResumedNodeServesNoReadFromBeforeItsPause(t *testing.T) {
 	if testing.Short() {
 		t.Skip("process cluster")
 	}
-	first, second, other := counterShard(t, testcluster.Options{Nodes: 3, Mode: testcluster.Processes}, 1)
+	c := testcluster.Start(t, testcluster.Options{Nodes: 3, Mode: testcluster.Processes})
+	testcluster.Must(t, 201, "PUT", c.URL(0)+"/admin/databases/cnt", `{"Shards":3,"ReplicationFactor":2}`)
+	// The frozen node is not the raft leader: this is about its replica,
+	// not about an election (freezing a leader right after the cluster
+	// formed once left a follower a candidate for 30 s).
+	leader := c.Members[c.Leader()].Tag
+	var shard int
+	var members []string
+	for s, m := range shardMembers(t, c.URL(0), "cnt") {
+		if m[0] != leader {
+			shard, members = s, m
+			break
+		}
+	}
+	if members == nil {
+		t.Fatalf("every shard's first member is the leader %s", leader)
+	}
+	first, second := memberByTag(c, members[0]), memberByTag(c, members[1])
+	var other *testcluster.Member
+	for _, m := range c.Members {
+		if m != first && m != second {
+			other = m
+		}
+	}
+	id := ""
+	for i := 0; id == ""; i++ {
+		cand := fmt.Sprintf("c/%d", i)
+		where := testcluster.Must(t, 200, "GET", c.URL(0)+"/databases/cnt/sharding/bucket?id="+cand, "").JSON(t)
+		if int(where["Shard"].(float64)) == shard {
+			id = cand
+		}
+	}
+	testcluster.WaitFor(t, 30*time.Second, "the counter to be created", func() error {
+		_, err := testcluster.Expect(201, "PUT", other.URL()+"/databases/cnt/docs?id="+id, `{"n":0}`)
+		return err
+	})
 	first.Pause()
 	defer first.Resume2()
 	testcluster.WaitFor(t, 30*time.Second, "a write through the other member", func() error {
-		_, err := testcluster.Expect(201, "PUT", other.URL()+"/databases/cnt/docs?id=c/0", `{"n":1}`)
+		_, err := testcluster.Expect(201, "PUT", other.URL()+"/databases/cnt/docs?id="+id, `{"n":1}`)
 		return err
 	})
-	if _, err := testcluster.Expect(200, "GET", second.URL()+"/databases/cnt$0/docs?id=c/0", ""); err != nil {
+	if _, err := testcluster.Expect(200, "GET", fmt.Sprintf("%s/databases/cnt$%d/docs?id=%s", second.URL(), shard, id), ""); err != nil {
 		t.Fatalf("the second member does not hold the write it took: %v", err)
 	}
 	// Reads sent to the frozen node wait in its socket queue; those that
@@ -250,7 +285,7 @@ func TestResumedNodeServesNoReadFromBeforeItsPause(t *testing.T) {
 	client := &http.Client{Timeout: 30 * time.Second}
 	for range reads {
 		go func() {
-			res, err := client.Get(first.URL() + "/databases/cnt/docs?id=c/0")
+			res, err := client.Get(first.URL() + "/databases/cnt/docs?id=" + id)
 			if err != nil {
 				answers <- answer{err: err}
 				return
