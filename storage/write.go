@@ -359,6 +359,7 @@ type itemProbe struct {
 	iter bool // rounds of probeMinOps or more ops use the iterator
 	it   *pebble.Iterator
 	c    io.Closer // the last Get's: its value is valid until this closes
+	done bool      // closed: a late lookup gets a copy, nothing stays open
 }
 
 // probeMinOps is the size of round from which lookups go through the
@@ -368,6 +369,17 @@ const probeMinOps = 64
 // get returns the value under key, valid until the next get or close, or
 // nil if there is none.
 func (p *itemProbe) get(key []byte) ([]byte, error) {
+	if p.done {
+		v, c, err := p.db.Get(key)
+		if errors.Is(err, pebble.ErrNotFound) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		defer c.Close()
+		return append([]byte{}, v...), nil
+	}
 	if !p.iter {
 		p.release()
 		v, c, err := p.db.Get(key)
@@ -411,6 +423,7 @@ func (p *itemProbe) release() {
 }
 
 func (p *itemProbe) close() {
+	p.done = true
 	p.release()
 	if p.it != nil {
 		_ = p.it.Close() // read-only: an error here lost nothing
