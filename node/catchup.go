@@ -175,6 +175,21 @@ func (n *Node) kickCatchUps() {
 	})
 }
 
+// markAllBehind marks every open replica of this node behind, without
+// starting their catch-up: the node found it stood still or was cut off,
+// and until it confirms it follows the cluster again (which kicks the
+// catch-ups, see runFreshness) routed reads go to other members rather
+// than answer from what the replicas held before. Catching up at once
+// would have the later members hand their writes over to a replica whose
+// node cannot take them yet.
+func (n *Node) markAllBehind() {
+	n.replicas.forEachAgent(func(k replicaKey, a io.Closer) {
+		if ac, ok := a.(agentCloser); ok && ac.catchUp != nil {
+			n.catchUps.set(k, true)
+		}
+	})
+}
+
 // catchUp marks the replica behind only once a member is known to be
 // ahead of it, or while members hand their writes over to it (see
 // takeWritesOver): a replica of a shard with no other member never

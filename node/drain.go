@@ -74,8 +74,28 @@ func (n *Node) refuseWhileStopping(ctx context.Context, db string, shard int) er
 	case <-n.drained:
 	case <-ctx.Done():
 	}
+	return n.errStopping(db, shard)
+}
+
+// errStopping is the retryable refusal of a stopping node's replica.
+func (n *Node) errStopping(db string, shard int) error {
 	return &apiError{Status: http.StatusServiceUnavailable, Type: "NodeStopping",
-		Msg: fmt.Sprintf("node %s is stopping: shard %d of %q takes writes on another member", n.cfg.Node.Tag, shard, db)}
+		Msg: fmt.Sprintf("node %s is stopping: shard %d of %q takes requests on another member", n.cfg.Node.Tag, shard, db)}
+}
+
+// drainedAway reports whether this node stopping cleanly finished its
+// drain: the shards' other members hold its writes and take the new ones,
+// so a routed read it answered could miss writes acknowledged since.
+func (n *Node) drainedAway() bool {
+	if !n.draining.Load() {
+		return false
+	}
+	select {
+	case <-n.drained:
+		return true
+	default:
+		return false
+	}
 }
 
 // handOverLeadership makes another voter the raft leader before this one

@@ -120,6 +120,7 @@ func (n *Node) runFreshness(ctx context.Context) {
 	// election, while replication ran on, is not one.
 	cutOff := false
 	refused := false   // see refusedWhileStale
+	marked := false    // the replicas were marked behind for this lapse
 	last := time.Now() // when the previous check returned
 	for {
 		asked := time.Now()
@@ -130,6 +131,16 @@ func (n *Node) runFreshness(ctx context.Context) {
 		if asked.Sub(last) > freshFor {
 			cutOff = true
 		}
+		markBehind := func() {
+			if cutOff && !marked && n.ready.Load() {
+				// Reads that queued while this process stood still run
+				// now: they go to other members until the replicas
+				// caught up (kicked at the confirmation below).
+				n.markAllBehind()
+				marked = true
+			}
+		}
+		markBehind()
 		asOf, err := n.checkFresh(ctx, asked)
 		last = time.Now()
 		// A check gives up after freshFor; one that took much longer was
@@ -140,6 +151,7 @@ func (n *Node) runFreshness(ctx context.Context) {
 		if err != nil && n.health.heardNone(freshFor) {
 			cutOff = true
 		}
+		markBehind()
 		if n.staleRefusals.Swap(false) {
 			// A replica refused routed writes for want of a confirmation,
 			// and their routers sent them to other members: it is marked
@@ -149,13 +161,13 @@ func (n *Node) runFreshness(ctx context.Context) {
 		}
 		switch {
 		case err == nil:
-			if ((!n.fresh.fresh() && cutOff) || refused) && n.ready.Load() {
+			if ((!n.fresh.fresh() && cutOff) || refused || marked) && n.ready.Load() {
 				// Back in touch: the replicas' peers may hold writes these
 				// lack. Marked before the node serves again.
 				n.logger.Info("node is back in touch with the cluster; its replicas catch up with their peers")
 				n.kickCatchUps()
 			}
-			cutOff, refused = false, false
+			cutOff, refused, marked = false, false, false
 			n.fresh.confirm(asOf)
 			leaderless = time.Time{}
 		case ctx.Err() != nil:

@@ -120,9 +120,15 @@ func (l *localReplica) servesClients() error {
 // router asks another member), at most routedFreshWait; past that (a node
 // cut off from the leader, or an election) it is served from what the
 // replica holds, as before.
+//
+// A node that stops cleanly refuses routed reads (retryable) once its
+// drain ended: from then on the other members take the shard's writes.
 func (l *localReplica) servesReads(ctx context.Context) error {
 	if err := l.servesClients(); err != nil {
 		return err
+	}
+	if l.routed && l.n.drainedAway() {
+		return l.n.errStopping(l.db, l.shard)
 	}
 	if l.routed && !l.n.fresh.fresh() {
 		l.n.fresh.wait(ctx, routedFreshWait)
