@@ -67,3 +67,56 @@ func TestReplicaRefusesRoutedRequestsUntilItServes(t *testing.T) {
 	// The refused writes stored nothing.
 	c.must(404, "GET", "/databases/db/docs?id=b", "")
 }
+
+// TestRoutedReadsAfterTheDrainAndAfterAStaleRefusal: a node stopping
+// cleanly answers routed reads until its drain ends and refuses them
+// (retryable) from then on, since the other members take the writes; a
+// replica that refused a routed write for want of a confirmation is
+// behind at once, so routed reads go to another member too, while reads
+// addressed to it still see it.
+func TestRoutedReadsAfterTheDrainAndAfterAStaleRefusal(t *testing.T) {
+	n := testNode(t, t.TempDir())
+	c := client{t, n.HTTPURL()}
+	c.must(201, "PUT", "/admin/databases/db", `{"Shards": 1}`)
+	c.must(201, "PUT", "/databases/db/docs?id=a", `{"v":1}`)
+	ctx := context.Background()
+	l, err := n.local("db", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.routed = true
+	refusedAs := func(what, typ string, err error) {
+		t.Helper()
+		var ae *apiError
+		if !errors.As(err, &ae) || ae.Status != 503 || ae.Type != typ || !retryable(err) {
+			t.Errorf("%s: got %v, want a retryable 503 %s", what, err, typ)
+		}
+	}
+
+	n.refusedWhileStale("db", 0)
+	_, err = l.get(ctx, []string{"a"}, 0)
+	refusedAs("routed get after a stale refusal", "ShardCatchingUp", err)
+	if !n.staleRefusals.Load() {
+		t.Errorf("the refusal is not noted for the freshness loop")
+	}
+	direct, err := n.local("db", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if docs, err := direct.get(ctx, []string{"a"}, 0); err != nil || docs[0] == nil {
+		t.Errorf("direct get after a stale refusal: %v %v", docs, err)
+	}
+	n.catchUps.set(replicaKey{"db", 0}, false)
+
+	n.draining.Store(true) // the drain runs: reads are still this member's
+	if docs, err := l.get(ctx, []string{"a"}, 0); err != nil || docs[0] == nil {
+		t.Errorf("routed get during the drain: %v %v", docs, err)
+	}
+	close(n.drained) // the drain ended: the other members take the writes
+	_, err = l.get(ctx, []string{"a"}, 0)
+	refusedAs("routed get after the drain", "NodeStopping", err)
+	_, err = l.query(ctx, queryArgs{Query: "from @all_docs"})
+	refusedAs("routed query after the drain", "NodeStopping", err)
+	n.draining.Store(false)
+	n.drained = make(chan struct{}) // Close drains again and closes it
+}
