@@ -369,32 +369,30 @@ const probeMinOps = 64
 // get returns the value under key, valid until the next get or close, or
 // nil if there is none.
 func (p *itemProbe) get(key []byte) ([]byte, error) {
+	if p.iter && !p.done {
+		return p.seek(key)
+	}
+	p.release()
+	v, c, err := p.db.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
 	if p.done {
-		v, c, err := p.db.Get(key)
-		if errors.Is(err, pebble.ErrNotFound) {
-			return nil, nil
-		}
-		if err != nil {
-			return nil, err
-		}
 		defer c.Close()
 		return append([]byte{}, v...), nil
 	}
-	if !p.iter {
-		p.release()
-		v, c, err := p.db.Get(key)
-		if errors.Is(err, pebble.ErrNotFound) {
-			return nil, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		p.c = c
-		if v == nil {
-			return []byte{}, nil
-		}
-		return v, nil
+	p.c = c
+	if v == nil {
+		v = []byte{} // present, empty
 	}
+	return v, nil
+}
+
+// seek is get through the round's iterator, opened at the first lookup.
+func (p *itemProbe) seek(key []byte) ([]byte, error) {
 	if p.it == nil {
 		it, err := p.db.NewIter(&pebble.IterOptions{UseL6Filters: true})
 		if err != nil {
