@@ -122,6 +122,16 @@ func (n *Node) runFreshness(ctx context.Context) {
 	refused := false   // see refusedWhileStale
 	marked := false    // the replicas were marked behind for this lapse
 	last := time.Now() // when the previous check returned
+	// markBehind marks the replicas once per lapse that cut this node
+	// off: reads that queued while the process stood still run now, and
+	// go to other members until the replicas caught up (kicked at the
+	// next confirmation).
+	markBehind := func() {
+		if cutOff && !marked && n.ready.Load() {
+			n.markAllBehind()
+			marked = true
+		}
+	}
 	for {
 		asked := time.Now()
 		// The ticker wakes this loop freshEvery after a check returned
@@ -130,15 +140,6 @@ func (n *Node) runFreshness(ctx context.Context) {
 		// is not.
 		if asked.Sub(last) > freshFor {
 			cutOff = true
-		}
-		markBehind := func() {
-			if cutOff && !marked && n.ready.Load() {
-				// Reads that queued while this process stood still run
-				// now: they go to other members until the replicas
-				// caught up (kicked at the confirmation below).
-				n.markAllBehind()
-				marked = true
-			}
 		}
 		markBehind()
 		asOf, err := n.checkFresh(ctx, asked)
