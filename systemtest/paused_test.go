@@ -1,9 +1,11 @@
 package systemtest
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptrace"
 	"strings"
 	"sync"
 	"testing"
@@ -283,9 +285,18 @@ func TestResumedNodeServesNoReadFromBeforeItsPause(t *testing.T) {
 	}
 	answers := make(chan answer, reads)
 	client := &http.Client{Timeout: 30 * time.Second}
+	var written sync.WaitGroup // each request is in the frozen node's socket
+	written.Add(reads)
 	for range reads {
 		go func() {
-			res, err := client.Get(first.URL() + "/databases/cnt/docs?id=" + id)
+			var once sync.Once
+			wrote := func() { once.Do(written.Done) }
+			defer wrote() // a request that failed before its write
+			ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{
+				WroteRequest: func(httptrace.WroteRequestInfo) { wrote() },
+			})
+			req, _ := http.NewRequestWithContext(ctx, "GET", first.URL()+"/databases/cnt/docs?id="+id, nil)
+			res, err := client.Do(req)
 			if err != nil {
 				answers <- answer{err: err}
 				return
@@ -300,7 +311,7 @@ func TestResumedNodeServesNoReadFromBeforeItsPause(t *testing.T) {
 			answers <- a
 		}()
 	}
-	time.Sleep(300 * time.Millisecond) // let the requests reach the frozen node's socket queue
+	written.Wait()
 	first.Resume()
 	for range reads {
 		a := <-answers
