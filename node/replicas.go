@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -62,6 +63,12 @@ type replicaSet struct {
 	// of a new database does not hold up writes to the others.
 	settled uint64
 	changed chan struct{} // closed and replaced when either index moves
+	// placed is the placement (see placement) the last reconcile left
+	// wholly done: no error, nothing left for a replay to reach. A record
+	// change that keeps it (most are: migration steps, range flips) needs
+	// no directory scan and no marker reads, which cost a resharding node
+	// ~6% of its CPU when every step reconciled in full.
+	placed string
 }
 
 // memTableSize is the write buffer of each of n replicas: its share of the
@@ -195,8 +202,42 @@ func (rs *replicaSet) shardDir(db string, shard int) string {
 // the same name.
 const markerName = "record-created-index"
 
+// placement describes what of records decides which replicas this node
+// holds and where their peers are: each database's name and creation
+// index, and each shard's members.
+func placement(records []*raftfsm.DatabaseRecord) string {
+	var b strings.Builder
+	for _, r := range records {
+		b.WriteString(r.DatabaseName)
+		b.WriteByte('@')
+		b.WriteString(strconv.FormatUint(r.CreatedIndex, 10))
+		shards := slices.Sorted(maps.Keys(r.Sharding.Shards))
+		for _, n := range shards {
+			b.WriteByte(' ')
+			b.WriteString(strconv.Itoa(n))
+			b.WriteByte(':')
+			b.WriteString(strings.Join(r.Sharding.Shards[n].Members, ","))
+		}
+		b.WriteByte(';')
+	}
+	return b.String()
+}
+
 // reconcile makes the open replicas match records (the state at index).
 func (rs *replicaSet) reconcile(index uint64, records []*raftfsm.DatabaseRecord) error {
+	placed := placement(records)
+	rs.mu.Lock()
+	if placed == rs.placed && len(rs.failed) == 0 {
+		rs.settled = max(rs.settled, index)
+		rs.reconciled = index
+		close(rs.changed)
+		rs.changed = make(chan struct{})
+		rs.mu.Unlock()
+		return nil
+	}
+	rs.placed = ""
+	rs.mu.Unlock()
+	complete := true // nothing left for a later index
 	want := map[replicaKey]*raftfsm.DatabaseRecord{}
 	for _, r := range records {
 		for n, t := range r.Sharding.Shards {
@@ -235,6 +276,7 @@ func (rs *replicaSet) reconcile(index uint64, records []*raftfsm.DatabaseRecord)
 	for _, e := range entries {
 		created, ok := rs.readMarker(e.Name())
 		if ok && created > index {
+			complete = false
 			continue
 		}
 		r, ok := byDB[e.Name()]
@@ -263,6 +305,7 @@ func (rs *replicaSet) reconcile(index uint64, records []*raftfsm.DatabaseRecord)
 			continue
 		}
 		if created, ok := rs.readMarker(k.db); ok && created > index {
+			complete = false
 			continue // a later incarnation's data: the replay will get there
 		}
 		err, done := marked[k.db]
@@ -319,6 +362,9 @@ func (rs *replicaSet) reconcile(index uint64, records []*raftfsm.DatabaseRecord)
 	logByDB(rs.logger, "opened shard replicas", opened)
 	rs.mu.Lock()
 	rs.reconciled = index
+	if complete && len(errs) == 0 && len(rs.failed) == 0 {
+		rs.placed = placed
+	}
 	close(rs.changed)
 	rs.changed = make(chan struct{})
 	rs.mu.Unlock()
@@ -494,6 +540,7 @@ func (rs *replicaSet) closeAll() error {
 	for k := range rs.stores {
 		all[k] = rs.detach(k)
 	}
+	rs.placed = "" // what was open is not any more
 	rs.mu.Unlock()
 	var errs []error
 	for k, d := range all {

@@ -3,8 +3,8 @@ package storage
 import (
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -82,10 +82,16 @@ func (s *Store) Conflicts(limit int) ([]Conflict, error) {
 // ReplicationProgresses returns how far this replica applied each other
 // replica's feed, by that replica's database id.
 func (s *Store) ReplicationProgresses() (map[string]uint64, error) {
-	if !s.reads.enter() {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
 		return nil, ErrClosed
 	}
-	defer s.reads.leave()
+	return maps.Clone(s.progress), nil
+}
+
+// loadProgress reads every replication progress key, at open.
+func (s *Store) loadProgress() (map[string]uint64, error) {
 	prefix := progressKey("")
 	upper := append(slices.Clone(prefix[:len(prefix)-1]), prefix[len(prefix)-1]+1)
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: upper})
@@ -107,17 +113,7 @@ func (s *Store) ReplicationProgresses() (map[string]uint64, error) {
 // ReplicationProgress is the last etag of source's feed (a replica's
 // database id) that this replica applied.
 func (s *Store) ReplicationProgress(source string) uint64 {
-	if !s.reads.enter() {
-		return 0
-	}
-	defer s.reads.leave()
-	v, closer, err := s.db.Get(progressKey(source))
-	if errors.Is(err, pebble.ErrNotFound) || err != nil || len(v) != 8 {
-		if closer != nil {
-			closer.Close()
-		}
-		return 0
-	}
-	defer closer.Close()
-	return binary.BigEndian.Uint64(v)
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.progress[source]
 }

@@ -191,3 +191,46 @@ func bodyOf(d *Document) []byte {
 	}
 	return d.Body
 }
+
+// Replication progress is what the last commit recorded, per source, and
+// the same after a reopen.
+func TestReplicationProgressSurvivesReopen(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := openTest(t, dir)
+	for i, src := range []string{"srcA", "srcB", "srcA"} {
+		if _, err := s.Write(ctx, []Op{{Kind: OpSetProgress, Source: src, Etag: uint64(10 * (i + 1))}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := map[string]uint64{"srcA": 30, "srcB": 20}
+	check := func(s *Store, when string) {
+		t.Helper()
+		got, err := s.ReplicationProgresses()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != len(want) || got["srcA"] != 30 || got["srcB"] != 20 || s.ReplicationProgress("srcA") != 30 || s.ReplicationProgress("none") != 0 {
+			t.Fatalf("%s: progress %v, want %v", when, got, want)
+		}
+		got["srcA"] = 1 // the caller's copy
+		if s.ReplicationProgress("srcA") != 30 {
+			t.Fatalf("%s: the answer shares the store's map", when)
+		}
+	}
+	check(s, "open")
+	// A lower etag never moves progress back.
+	if _, err := s.Write(ctx, []Op{{Kind: OpSetProgress, Source: "srcA", Etag: 5}}); err != nil {
+		t.Fatal(err)
+	}
+	check(s, "after a lower etag")
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(Options{Dir: dir, NodeTag: "A"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	check(s, "reopened")
+}

@@ -76,6 +76,12 @@ type Store struct {
 	mu       sync.RWMutex // guards the fields below, written by the committer
 	lastEtag uint64
 	counters counters
+	// progress mirrors the replication progress keys (how far each other
+	// replica's feed was applied here) as of the last commit: those keys
+	// are overwritten by every replicated batch, so reading them through
+	// an iterator walked every overwrite still in the memtable (a sender
+	// reads them at every pass of a migration's tail).
+	progress map[string]uint64
 	closed   bool
 	changed  chan struct{} // closed and replaced after each commit
 	// dirty holds the statistics of the buckets that changed since the
@@ -349,6 +355,9 @@ func (s *Store) load() error {
 		return err
 	}
 	if err := s.loadPurgeMarks(); err != nil {
+		return err
+	}
+	if s.progress, err = s.loadProgress(); err != nil {
 		return err
 	}
 	v, closer, err = s.db.Get(metaCounters)

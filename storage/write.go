@@ -473,6 +473,9 @@ func (s *Store) commitRound(reqs []*writeReq) {
 		s.syncNanos += uint64(syncDur)
 		s.lastEtag = r.etag
 		s.counters = r.counters
+		for src, etag := range r.progress {
+			s.progress[src] = etag
+		}
 		// The round's bucket statistics are in no Pebble key yet (but for
 		// pinned buckets): readers find them here from now on, before any
 		// writer of the round hears back. A checkpoint writes them.
