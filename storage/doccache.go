@@ -6,10 +6,17 @@ import (
 	"sync/atomic"
 )
 
-// DocCache keeps documents that point reads found, for every replica of a
-// node, within one byte budget. A Pebble point read of a large document
-// costs ~20 µs on these machines (the item, then its body), several times
-// the rest of a GET's own work.
+// DocCache keeps documents that point reads found, and documents clients
+// just wrote, for every replica of a node, within one byte budget. A Pebble
+// point read of a document costs ~10-20 µs on these machines, several
+// times the rest of a GET's own work, and a document just written is often
+// read next (a client showing what it saved): as in a database's buffer
+// pool, what was written is already in memory and stays there.
+//
+// Eviction is second chance (CLOCK over the maps' random order): an entry
+// read since it was last passed over survives one more pass. A written
+// document enters as not read yet, so a bulk load cycles through its own
+// documents and leaves the ones being read in place.
 //
 // Each store has its own part (docShard): its map and lock, so reads of
 // different replicas never wait on each other, and the budget is shared.
@@ -36,8 +43,15 @@ type docShard struct {
 	c    *DocCache
 	mu   sync.Mutex
 	gen  uint64 // the store's write generation
-	m    map[string]*Document
+	m    map[string]*docEntry
 	size atomic.Int64 // bytes held by this part
+}
+
+// docEntry is one cached document. The document is never changed once
+// cached; read is guarded by the part's lock.
+type docEntry struct {
+	doc  *Document
+	read bool // read since eviction last passed over it
 }
 
 // NewDocCache returns a cache of at most maxBytes of documents (0 disables
@@ -63,7 +77,7 @@ func (c *DocCache) open() *docShard {
 	if c == nil {
 		return nil
 	}
-	p := &docShard{c: c, m: map[string]*Document{}}
+	p := &docShard{c: c, m: map[string]*docEntry{}}
 	c.mu.Lock()
 	c.parts[p] = struct{}{}
 	c.mu.Unlock()
@@ -77,12 +91,15 @@ func docSize(key string, d *Document) int64 {
 // get returns a copy of the cached document, if any.
 func (p *docShard) get(key string) (*Document, bool) {
 	p.mu.Lock()
-	d, ok := p.m[key]
+	e, ok := p.m[key]
+	if ok {
+		e.read = true
+	}
 	p.mu.Unlock()
 	if !ok {
 		return nil, false
 	}
-	cp := *d // callers own what they get; the body is shared and never written
+	cp := *e.doc // callers own what they get; the body is shared and never written
 	return &cp, true
 }
 
@@ -105,9 +122,9 @@ func (p *docShard) put(key string, d *Document, gen uint64) {
 	}
 	delta := docSize(key, &cp)
 	if old, ok := p.m[key]; ok {
-		delta -= docSize(key, old)
+		delta -= docSize(key, old.doc)
 	}
-	p.m[key] = &cp
+	p.m[key] = &docEntry{doc: &cp, read: true}
 	p.size.Add(delta)
 	p.mu.Unlock()
 	if p.c.size.Add(delta) > p.c.max {
@@ -115,19 +132,37 @@ func (p *docShard) put(key string, d *Document, gen uint64) {
 	}
 }
 
-// invalidate drops keys and moves the store's generation, under one lock.
-func (p *docShard) invalidate(keys []string) {
+// cachedWrite is one item of a committed round, for written.
+type cachedWrite struct {
+	key string
+	doc *Document // the committed version, owned by the cache; nil: drop the key
+}
+
+// written applies a committed round: each write's document replaces the
+// cached version of its key (keeping whether that was being read), or the
+// key is dropped, and the store's generation moves, under one lock, so no
+// read that began before the commit caches what it found.
+func (p *docShard) written(ws []cachedWrite) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	p.gen++
-	var freed int64
-	for _, key := range keys {
-		if v, ok := p.m[key]; ok {
-			delete(p.m, key)
-			freed += docSize(key, v)
+	var delta int64
+	for _, w := range ws {
+		old, had := p.m[w.key]
+		if had {
+			delta -= docSize(w.key, old.doc)
 		}
+		if w.doc == nil {
+			delete(p.m, w.key)
+			continue
+		}
+		p.m[w.key] = &docEntry{doc: w.doc, read: had && old.read}
+		delta += docSize(w.key, w.doc)
 	}
-	p.release(freed)
+	p.size.Add(delta)
+	p.mu.Unlock()
+	if p.c.size.Add(delta) > p.c.max {
+		p.c.evict()
+	}
 }
 
 // release subtracts freed bytes from the part's and the cache's sizes.
@@ -152,10 +187,12 @@ func (p *docShard) close() {
 	p.release(p.size.Load())
 }
 
-// evict drops arbitrary entries until the cache is at 90% of its budget,
-// a slice at a time from a part picked with a chance in proportion to its
-// size: as if entries were picked across the whole cache, so a replica no
-// longer read drains while the ones being read keep re-adding theirs.
+// evict drops entries not read since they were last passed over until the
+// cache is at 90% of its budget, a slice at a time from a part picked with
+// a chance in proportion to its size: as if entries were picked across the
+// whole cache, so a replica no longer read drains while the ones being
+// read keep re-adding theirs. An entry read since is passed over once
+// (second chance), its mark cleared.
 func (c *DocCache) evict() {
 	low := c.max * 9 / 10
 	slice := max(c.max/64, 1)
@@ -166,16 +203,22 @@ func (c *DocCache) evict() {
 		}
 		victim.mu.Lock()
 		var freed int64
-		for k, v := range victim.m {
+		spared := 0
+		for k, e := range victim.m {
 			if freed >= slice || c.size.Load()-freed <= low {
 				break
 			}
+			if e.read {
+				e.read = false
+				spared++
+				continue
+			}
 			delete(victim.m, k)
-			freed += docSize(k, v)
+			freed += docSize(k, e.doc)
 		}
 		victim.release(freed)
 		victim.mu.Unlock()
-		if freed == 0 {
+		if freed == 0 && spared == 0 {
 			return // its entries went meanwhile; the next put tries again
 		}
 	}

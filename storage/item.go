@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -52,6 +53,17 @@ type Document struct {
 	// its body.
 	bodyElsewhere bool
 	bodyLen       int
+}
+
+// forCache returns d as a read from Pebble would: its own copy of the
+// body, the time as stored (UTC, nanoseconds, no monotonic reading), no
+// feed origin.
+func (d *Document) forCache() *Document {
+	cp := *d
+	cp.Body = bytes.Clone(d.Body)
+	cp.LastModified = time.Unix(0, d.LastModified.UnixNano()).UTC()
+	cp.Origin = ""
+	return &cp
 }
 
 // Deleted reports whether the item is a tombstone.

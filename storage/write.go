@@ -325,6 +325,7 @@ type pendingItem struct {
 	size      int64
 	committed uint64 // etag of the committed version (its feed entry goes)
 	hadBody   bool   // the committed version's body is under its body key
+	client    bool   // a client's write (not replication, a move, a purge or a bulk load): its version enters the document cache
 }
 
 // round accumulates the effects of the groups of one commit.
@@ -338,7 +339,17 @@ type round struct {
 	etag     uint64
 	counters counters
 	probe    *itemProbe // shared by the round and its groups
+	// bulk marks a group of more than writeThroughMaxOps ops: a load,
+	// whose documents do not enter the document cache.
+	bulk bool
 }
+
+// writeThroughMaxOps is the largest client request whose documents enter
+// the document cache as they commit. A larger one is a bulk load, which
+// would push out what is being read (as PostgreSQL gives a COPY a ring of
+// its own buffers), and whose copies into the cache cost the committer,
+// which does them one after the other, ~15% of a bulk load's throughput.
+const writeThroughMaxOps = 16
 
 // itemProbe looks up items on disk for one round, through one iterator
 // that consults every level's bloom filter. Pebble's Get skips the filters
@@ -453,11 +464,16 @@ func (s *Store) commitRound(reqs []*writeReq) {
 	if s.docs != nil && len(r.items) > 0 {
 		// Before any writer of the round hears back (and even if the
 		// commit failed half way): no read may be served the old version.
-		keys := make([]string, 0, len(r.items))
-		for k := range r.items {
-			keys = append(keys, k)
+		// A client's write puts its version in its place.
+		ws := make([]cachedWrite, 0, len(r.items))
+		for k, p := range r.items {
+			w := cachedWrite{key: k}
+			if err == nil && p.client {
+				w.doc = p.doc.forCache()
+			}
+			ws = append(ws, w)
 		}
-		s.docs.invalidate(keys)
+		s.docs.written(ws)
 	}
 	if err == nil {
 		s.mu.Lock()
@@ -527,7 +543,8 @@ func (s *Store) cacheStats(stats map[uint32]*bucketState) {
 // applyGroup applies one caller's ops to the round, or nothing of them if
 // any fails.
 func (r *round) applyGroup(req *writeReq) writeResp {
-	g := &round{s: r.s, items: map[string]*pendingItem{}, stats: map[uint32]*bucketState{}, pinned: map[uint32]bool{}, progress: map[string]uint64{}, etag: r.etag, counters: r.counters, probe: r.probe}
+	g := &round{s: r.s, items: map[string]*pendingItem{}, stats: map[uint32]*bucketState{}, pinned: map[uint32]bool{}, progress: map[string]uint64{}, etag: r.etag, counters: r.counters, probe: r.probe,
+		bulk: len(req.ops) > writeThroughMaxOps}
 	results := make([]Result, 0, len(req.ops))
 	for _, op := range req.ops {
 		res, err := g.apply(r, op, req.now)
@@ -733,6 +750,7 @@ func (g *round) applyLocal(parent *round, op Op, now time.Time) (Result, error) 
 	if err := g.store(parent, key, cur, doc, cv.Version, prev.Version); err != nil {
 		return Result{}, err
 	}
+	g.items[string(key)].client = !g.bulk
 	res.Collection, res.ChangeVector, res.LastModified, res.Etag = doc.Collection, doc.ChangeVector, now, doc.Etag
 	return res, nil
 }
