@@ -41,12 +41,20 @@ func TestPausedNodeTakesNoWritesIntoADeletedDatabase(t *testing.T) {
 	var acked []string
 	outcomes := map[string]int{}
 	client := &http.Client{Timeout: 60 * time.Second}
+	var written sync.WaitGroup // each request is in the frozen node's socket
+	written.Add(writes)
 	for i := range writes {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			var once sync.Once
+			wrote := func() { once.Do(written.Done) }
+			defer wrote() // a request that failed before its write
+			ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{
+				WroteRequest: func(httptrace.WroteRequestInfo) { wrote() },
+			})
 			id := fmt.Sprintf("z/%d", i)
-			req, _ := http.NewRequest("PUT", B.URL()+"/databases/yy/docs?id="+id, strings.NewReader(`{"v":1}`))
+			req, _ := http.NewRequestWithContext(ctx, "PUT", B.URL()+"/databases/yy/docs?id="+id, strings.NewReader(`{"v":1}`))
 			res, err := client.Do(req)
 			mu.Lock()
 			defer mu.Unlock()
@@ -61,7 +69,7 @@ func TestPausedNodeTakesNoWritesIntoADeletedDatabase(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(300 * time.Millisecond) // let the requests reach B's socket queue
+	written.Wait()
 	B.Resume()
 	wg.Wait()
 	t.Logf("outcomes of the writes sent to the frozen node: %v", outcomes)
