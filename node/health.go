@@ -25,13 +25,14 @@ type health struct {
 	seen map[string]time.Time
 	inc  map[string]string        // each node's incarnation, from its heartbeats
 	down map[string]chan struct{} // closed when the node is found down
+	left map[string]string        // the incarnation of each node that announced a clean stop
 	// lastSweep is when sweep last ran; a long gap means this process
 	// stood still (frozen, starved), not that the others went quiet.
 	lastSweep time.Time
 }
 
 func newHealth(self string) *health {
-	return &health{self: self, seen: map[string]time.Time{}, inc: map[string]string{}, down: map[string]chan struct{}{}}
+	return &health{self: self, seen: map[string]time.Time{}, inc: map[string]string{}, down: map[string]chan struct{}{}, left: map[string]string{}}
 }
 
 // downSignal returns a channel closed when tag is next found down, so a
@@ -100,15 +101,32 @@ func (h *health) incarnation(tag string) string {
 	return h.inc[tag]
 }
 
-// markLeft counts a node that announced it stopped cleanly down for
-// routing at once. Its down signal fires at the next sweep, not now: the
-// node answered every request it took before it announced, and an answer
-// may still be on its way here on another subscription, which a request
-// cut short now would report as a 504 of unknown outcome.
-func (h *health) markLeft(tag string) {
+// markLeft counts a node that announced it stopped cleanly (its
+// incarnation inc) down for routing at once. Its down signal fires at the
+// next sweep, not now: the node answered every request it took before it
+// announced, and an answer may still be on its way here on another
+// subscription, which a request cut short now would report as a 504 of
+// unknown outcome. Requests in flight to it wait for their answers even
+// then (see leftCleanly).
+func (h *health) markLeft(tag, inc string) {
 	h.mu.Lock()
 	h.seen[tag] = time.Time{}
+	h.left[tag] = inc
 	h.mu.Unlock()
+}
+
+// leftCleanly reports that tag's latest incarnation announced a clean
+// stop. Such a node runs no request after its announcement and answers
+// every one it receives until it closes its bus connection (NodeStopping),
+// so a request in flight to it is worth waiting for a little longer than
+// its down signal: cut short, it would be a 504 of unknown outcome,
+// several per clean stop, as the routers' last writes reached the node
+// while it closed.
+func (h *health) leftCleanly(tag string) bool {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	inc, ok := h.left[tag]
+	return ok && inc == h.inc[tag]
 }
 
 func (h *health) markDown(tag string) {
@@ -214,7 +232,7 @@ func (n *Node) runHeartbeats(ctx context.Context) {
 	leaving, err := n.bus.nc.Subscribe(n.leavingSubject(), func(m *nats.Msg) {
 		tag, inc, _ := strings.Cut(string(m.Data), " ")
 		if tag != n.cfg.Node.Tag && n.health.incarnation(tag) == inc {
-			n.health.markLeft(tag)
+			n.health.markLeft(tag, inc)
 		}
 	})
 	if err != nil {

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"net/http"
 	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
 )
 
 // TestRestartFiresDownSignal: a node heard with a new incarnation restarted,
@@ -59,5 +62,90 @@ func TestOversizedBusRequestIsClear(t *testing.T) {
 	var ae *apiError
 	if !errors.As(err, &ae) || ae.Status != http.StatusRequestEntityTooLarge || ae.Type != "BodyTooLarge" {
 		t.Fatalf("oversized request: %v", err)
+	}
+}
+
+// TestStoppingNodeAnswersEveryRequest: once a node's loops are told to stop
+// (the middle of a clean stop), every node-to-node request it receives is
+// answered NodeStopping, none left without an answer for the asking node
+// to give up on as a 504 of unknown outcome.
+func TestStoppingNodeAnswersEveryRequest(t *testing.T) {
+	n := testNode(t, t.TempDir())
+	n.cancel() // what Close does after the drain and the HTTP shutdown
+	for i := range 40 {
+		m := nats.NewMsg(n.rpcSubject(n.cfg.Node.Tag))
+		m.Header.Set("Op", "shard.get")
+		reply, err := n.bus.nc.RequestMsg(m, 2*time.Second)
+		if err != nil {
+			t.Fatalf("request %d: no answer: %v", i, err)
+		}
+		if got := reply.Header.Get("Error-Type"); got != "NodeStopping" || reply.Header.Get("Status") != "503" {
+			t.Fatalf("request %d: status %s %s, want 503 NodeStopping", i, reply.Header.Get("Status"), got)
+		}
+	}
+}
+
+// TestRequestToACleanlyStoppingNodeWaitsForItsAnswer: a request in flight
+// to a node that announced a clean stop is answered by that node as it
+// closes (NodeStopping, retryable); the down signal that another request's
+// "no responders" fires meanwhile must not turn it into a 504 of unknown
+// outcome.
+func TestRequestToACleanlyStoppingNodeWaitsForItsAnswer(t *testing.T) {
+	n := testNode(t, t.TempDir())
+	n.health.heard("Z", "z1")
+	received := make(chan struct{})
+	answer := make(chan struct{})
+	sub, err := n.bus.nc.Subscribe(n.rpcSubject("Z"), func(m *nats.Msg) {
+		close(received)
+		<-answer // the stopping node answers as it drains its connection
+		reply := nats.NewMsg(m.Reply)
+		reply.Header.Set("Status", "503")
+		reply.Header.Set("Error-Type", "NodeStopping")
+		reply.Data = []byte("node Z is stopping") // without a body NATS reads a 503 as "no responders"
+		_ = m.RespondMsg(reply)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	done := make(chan error, 1)
+	go func() {
+		_, err := n.callRawWith(context.Background(), "Z", "shard.write.bin", nil, nil)
+		done <- err
+	}()
+	<-received
+	n.health.markLeft("Z", "z1") // its announcement
+	n.health.markDown("Z")       // another request found no responder
+	select {
+	case err := <-done:
+		t.Fatalf("the request gave up before the node answered: %v", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(answer)
+	err = <-done
+	var ae *apiError
+	if !errors.As(err, &ae) || ae.Type != "NodeStopping" || !retryable(err) {
+		t.Fatalf("got %v, want the node's retryable NodeStopping", err)
+	}
+	// A node that did not announce a clean stop is given up on at once.
+	n.health.heard("Y", "y1")
+	ysub, err := n.bus.nc.Subscribe(n.rpcSubject("Y"), func(m *nats.Msg) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ysub.Unsubscribe()
+	go func() {
+		_, err := n.callRawWith(context.Background(), "Y", "shard.write.bin", nil, nil)
+		done <- err
+	}()
+	time.Sleep(50 * time.Millisecond) // the request is on its way; nothing answers it anyway
+	n.health.markDown("Y")
+	select {
+	case err := <-done:
+		if !errors.Is(err, errTimeout) {
+			t.Fatalf("a request to a node found down: %v, want a timeout", err)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("a request to a node found down kept waiting")
 	}
 }
