@@ -75,7 +75,7 @@ func TestEventsListEveryStepOfAMove(t *testing.T) {
 				}
 			case "operation":
 				if d["Status"] == "Completed" {
-					if got := strings.Join(seen, ","); got != "Moving,Moved,OwnershipTransferred,Completed" {
+					if got := strings.Join(seen, ","); got != "Moving,Moved,OwnershipTransferred,FinalPass,Completed" {
 						t.Fatalf("steps of bucket %d: %s", b, got)
 					}
 					return

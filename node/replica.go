@@ -186,6 +186,9 @@ func (l *localReplica) write(ctx context.Context, ops []storage.Op, wc writeConc
 			return nil, err
 		}
 	}
+	if l.routed {
+		l.n.waitFlipSettled(ctx, l.db, l.shard, ops)
+	}
 	fence := l.n.replicas.fence(l.db, l.shard)
 	g := fence.enter()
 	if l.n.draining.Load() { // checked inside the fence: the drain waits for writes that passed

@@ -45,16 +45,89 @@ func (n *Node) guardWrites(db string, shard int, ops []storage.Op, routed uint64
 		if !n.fresh.fresh() {
 			return errCatchingUp(n, db, shard)
 		}
-		return nil
-	}
-	for _, op := range ops {
-		if owner := rec.ShardOf(bucket.ForID(op.ID)); owner != shard {
-			return &apiError{Status: http.StatusMisdirectedRequest, Type: "BucketNotOwned",
-				Msg:   fmt.Sprintf("shard %d does not own the bucket of %q (shard %d does, record etag %d)", shard, op.ID, owner, rec.Etag),
-				Owner: &ownerHint{Shard: owner, RecordEtag: rec.Etag}}
+	} else {
+		for _, op := range ops {
+			if owner := rec.ShardOf(bucket.ForID(op.ID)); owner != shard {
+				return &apiError{Status: http.StatusMisdirectedRequest, Type: "BucketNotOwned",
+					Msg:   fmt.Sprintf("shard %d does not own the bucket of %q (shard %d does, record etag %d)", shard, op.ID, owner, rec.Etag),
+					Owner: &ownerHint{Shard: owner, RecordEtag: rec.Etag}}
+			}
 		}
 	}
+	if b, ok := flipUnsettled(rec, shard, ops); ok {
+		return errBucketArriving(db, shard, b)
+	}
 	return nil
+}
+
+// flipUnsettled returns a bucket of ops that moves to shard in a migration
+// whose sender has not recorded its last pass (as far as rec knows). The
+// source takes writes until it applies the flip, which a node may do
+// milliseconds after the others; the last pass brings those writes here.
+// Had the destination taken writes before that, a router with the new
+// record and one with the old could both have had a write on the same
+// version accepted, one on each shard (two If-Match increments acknowledged
+// with the same value, one then lost to the other). So the destination
+// takes a moving bucket's writes only once the last pass is recorded:
+// moves made by the documents migrator are not held, their source never
+// owned the bucket.
+func flipUnsettled(rec *raftfsm.DatabaseRecord, shard int, ops []storage.Op) (uint32, bool) {
+	if len(rec.Sharding.BucketMigrations) == 0 {
+		return 0, false
+	}
+	for _, op := range ops {
+		b := bucket.ForID(op.ID)
+		m := rec.Sharding.BucketMigrations[b]
+		if m != nil && m.DestinationShard == shard && !m.Leftovers && m.FinalPass == nil &&
+			(m.Status == raftfsm.MigrationMoved || m.Status == raftfsm.MigrationOwnershipTransferred) {
+			return b, true
+		}
+	}
+	return 0, false
+}
+
+// errBucketArriving is the retryable refusal of a write into a bucket
+// whose move to this shard is not settled (see flipUnsettled).
+func errBucketArriving(db string, shard int, b uint32) error {
+	return &apiError{Status: http.StatusServiceUnavailable, Type: "BucketArriving",
+		Msg: fmt.Sprintf("bucket %d of %q is moving to shard %d, whose source has not recorded its last pass yet; try again shortly", b, db, shard)}
+}
+
+// flipSettleWait bounds how long a routed write into a bucket arriving at
+// its shard waits for the source's last pass before it is refused (the
+// router then waits and tries again): the pass takes a few milliseconds
+// after the flip, unless the sending node failed.
+const flipSettleWait = 2 * time.Second
+
+// waitFlipSettled holds a routed write into a bucket arriving at shard
+// until the source's last pass is recorded here (see flipUnsettled), at
+// most flipSettleWait; the write guard then decides.
+func (n *Node) waitFlipSettled(ctx context.Context, db string, shard int, ops []storage.Op) {
+	rec := n.recordOf(db)
+	if rec == nil {
+		return
+	}
+	if _, ok := flipUnsettled(rec, shard, ops); !ok {
+		return
+	}
+	ch, stop := n.fsm.Watch()
+	defer stop()
+	t := time.NewTimer(flipSettleWait)
+	defer t.Stop()
+	for {
+		select {
+		case <-ch:
+		case <-t.C:
+			return
+		case <-ctx.Done():
+			return
+		}
+		if rec := n.recordOf(db); rec == nil {
+			return
+		} else if _, ok := flipUnsettled(rec, shard, ops); !ok {
+			return
+		}
+	}
 }
 
 // maxRecordWait bounds how long a router waits for its record to catch up
@@ -165,7 +238,7 @@ const (
 // member that does.
 func servesSoon(err error) bool {
 	var ae *apiError
-	return errors.As(err, &ae) && ae.Status == http.StatusServiceUnavailable && (ae.Type == "ShardCatchingUp" || ae.Type == "ShardHandingOver")
+	return errors.As(err, &ae) && ae.Status == http.StatusServiceUnavailable && (ae.Type == "ShardCatchingUp" || ae.Type == "ShardHandingOver" || ae.Type == "BucketArriving")
 }
 
 func (n *Node) attempt(ctx context.Context, db string, shard int, tag string, read bool, extra time.Duration, fn func(context.Context, shardReplica) error) error {

@@ -304,9 +304,6 @@ func (a *Agent) send(ctx context.Context, m raftfsm.BucketMigration) error {
 	s := &sender{a: a, m: m, dbid: rec.DatabaseID, inflight: make(chan struct{}, maxInflightBatches)}
 	defer s.wg.Wait() // no send outlives the task
 	feed := a.s.LastEtag()
-	// A sender that starts after the flip replaces one that died before
-	// recording its last pass: it records its own whatever it sends.
-	replacing := m.Status == raftfsm.MigrationOwnershipTransferred
 	err := a.s.IterateBuckets(m.Bucket, m.Bucket, func(d *storage.Document) bool {
 		s.add(d)
 		if s.full() {
@@ -381,11 +378,12 @@ func (a *Agent) send(ctx context.Context, m raftfsm.BucketMigration) error {
 			s.mu.Lock()
 			docs, bytes := s.docs-docsBefore, s.bytes-bytesBefore
 			s.mu.Unlock()
-			if docs == 0 && !replacing {
-				// Nothing new since Moved: what that step recorded covers
-				// it all, and this replica's cleanup says so.
-				return nil
-			}
+			// Recorded even when it sent nothing new: the destination
+			// takes the bucket's writes only from then on (writes this
+			// replica took before it applied the flip are there now), and
+			// the pass covers everything this sender sent (a sender that
+			// starts after the flip replaces one that died before it
+			// recorded its own).
 			progress[a.s.DatabaseID()] = feed
 			return a.propose(ctx, &raftfsm.SourceMigrationFinalPass{Meta: raftfsm.Meta{At: time.Now().UTC()}, Database: a.db, Bucket: m.Bucket,
 				MigrationIndex: m.MigrationIndex, Documents: docs, Bytes: bytes,
