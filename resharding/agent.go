@@ -97,7 +97,7 @@ func (a *Agent) run(ctx context.Context) {
 		if _, ok := rec.Sharding.Shards[a.shard]; !ok {
 			return
 		}
-		waitStore := a.reconcile(ctx, rec)
+		waitStore, standby := a.reconcile(ctx, rec)
 		// The documents migrator runs after ownership changes (at most once
 		// a second: a change sooner than that is swept when the second is
 		// up, not dropped until the slow sweep) and on a slow safety sweep.
@@ -126,24 +126,38 @@ func (a *Agent) run(ctx context.Context) {
 		if waitStore {
 			changed = a.s.Changed()
 		}
+		var recheck <-chan time.Time
+		if standby {
+			// The sender is another replica's node: notice soon when it
+			// goes down (heartbeats, not the record, say so), and take
+			// over its sends.
+			recheck = time.After(standbyRecheck)
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-ch:
 		case <-changed:
 		case <-a.kick:
+		case <-recheck:
 		case <-sweep.C:
 			sweep.Reset(0)
 		}
 	}
 }
 
+// standbyRecheck is how often a source replica that is not its shard's
+// sender looks again whether the sender's node is still up, while a
+// migration needs one: after the flip the new owner takes no writes for
+// the bucket until a sender's last pass is recorded.
+const standbyRecheck = 250 * time.Millisecond
+
 // reconcile starts the tasks the record asks of this replica and stops the
 // ones it no longer asks for. It reports whether a destination
-// confirmation waits on local commits.
-func (a *Agent) reconcile(ctx context.Context, rec *raftfsm.DatabaseRecord) bool {
+// confirmation waits on local commits, and whether a migration from this
+// shard needs a sender that is another replica (standby).
+func (a *Agent) reconcile(ctx context.Context, rec *raftfsm.DatabaseRecord) (waitStore, standby bool) {
 	want := map[taskKey]*raftfsm.BucketMigration{}
-	waitStore := false
 	me := a.c.NodeTag()
 	// Tasks update both maps under a.mu as they end: read them under it.
 	sending := func(m *raftfsm.BucketMigration) bool {
@@ -158,6 +172,8 @@ func (a *Agent) reconcile(ctx context.Context, rec *raftfsm.DatabaseRecord) bool
 		case m.SourceShard == a.shard && m.IsActive():
 			if a.responsible(rec.Sharding.Shards[a.shard].Members) {
 				want[taskKey{"send", m.Bucket, m.MigrationIndex}] = m
+			} else {
+				standby = true
 			}
 		case m.SourceShard == a.shard && m.Status == raftfsm.MigrationOwnershipTransferred:
 			// The sender makes one last pass after the flip (writes that
@@ -167,6 +183,8 @@ func (a *Agent) reconcile(ctx context.Context, rec *raftfsm.DatabaseRecord) bool
 			// bucket again (by version: duplicates are no-ops).
 			if sending(m) || sentFinal(m) || (m.FinalPass == nil && a.responsible(rec.Sharding.Shards[a.shard].Members)) {
 				want[taskKey{"send", m.Bucket, m.MigrationIndex}] = m
+			} else if m.FinalPass == nil {
+				standby = true
 			}
 			if !slices.Contains(m.ConfirmedSourceCleanup, me) && !sending(m) {
 				want[taskKey{"cleanup", m.Bucket, m.MigrationIndex}] = m
@@ -228,7 +246,7 @@ func (a *Agent) reconcile(ctx context.Context, rec *raftfsm.DatabaseRecord) bool
 			}
 		}()
 	}
-	return waitStore
+	return waitStore, standby
 }
 
 // responsible reports whether this node is the first reachable member of

@@ -219,7 +219,15 @@ func TestFaultFrozenSenderAfterTheFlip(t *testing.T) {
 		}
 		return fmt.Errorf("cluster view %v", cl["Nodes"])
 	})
-	time.Sleep(3 * time.Second) // frozen on: the others may replace it meanwhile
+	// The new owner takes the bucket's writes only once a last pass is
+	// recorded: with the sender frozen before its own, another member of
+	// the source shard must make it.
+	frozenAt := time.Now()
+	testcluster.WaitFor(t, 20*time.Second, "a write into the bucket while its sender is frozen", func() error {
+		_, err := testcluster.Expect(201, "PUT", fmt.Sprintf("%s/databases/db/docs?id=while-frozen$%s", via.URL(), anchor), `{"v":0}`)
+		return err
+	})
+	t.Logf("the bucket took a write %v after its sender froze", time.Since(frozenAt).Round(time.Millisecond))
 	victim.Resume()
 	waitOperation(t, via.URL(), "db", op, 90*time.Second)
 	testcluster.WaitFor(t, 60*time.Second, "the migration to leave the record", func() error {
