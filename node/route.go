@@ -234,8 +234,8 @@ const (
 )
 
 // servesSoon reports a refusal by a member that serves the shard again
-// shortly: it catches up with its peers, or handed the writes over to a
-// member that does.
+// shortly: it catches up with its peers, handed the writes over to a
+// member that does, or waits for the last pass of a bucket moving to it.
 func servesSoon(err error) bool {
 	var ae *apiError
 	return errors.As(err, &ae) && ae.Status == http.StatusServiceUnavailable && (ae.Type == "ShardCatchingUp" || ae.Type == "ShardHandingOver" || ae.Type == "BucketArriving")
