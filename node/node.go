@@ -56,7 +56,10 @@ type Node struct {
 	// reroutes measures the pause moves cause: writes refused after a
 	// flip and sent on to the new owner.
 	reroutes *reroutes
-	metrics  *metrics // GET /metrics
+	// holds records, per database, the routed writes this node's
+	// replicas held for a bucket arriving here (see waitFlipSettled).
+	holds   *reroutes
+	metrics *metrics // GET /metrics
 
 	started time.Time
 	// maxDocBytes is http.max-document-bytes, or less if the bus's messages
@@ -116,7 +119,7 @@ func Start(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Nod
 		logger = slog.New(slog.DiscardHandler)
 	}
 	logger = logger.With("node", cfg.Node.Tag)
-	n := &Node{cfg: cfg, logger: logger, fsm: raftfsm.New(), started: time.Now(), incarnation: strconv.FormatUint(rand.Uint64(), 36), health: newHealth(cfg.Node.Tag), reroutes: newReroutes(), rpcHandlers: map[string]rpcHandler{}, regKick: make(chan struct{}, 1), refused: make(chan struct{}), fresh: newFreshness(), readyCh: make(chan struct{}), drained: make(chan struct{})}
+	n := &Node{cfg: cfg, logger: logger, fsm: raftfsm.New(), started: time.Now(), incarnation: strconv.FormatUint(rand.Uint64(), 36), health: newHealth(cfg.Node.Tag), reroutes: newReroutes(), holds: newReroutes(), rpcHandlers: map[string]rpcHandler{}, regKick: make(chan struct{}, 1), refused: make(chan struct{}), fresh: newFreshness(), readyCh: make(chan struct{}), drained: make(chan struct{})}
 	runCtx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
 	n.runCtx = runCtx

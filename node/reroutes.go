@@ -53,6 +53,30 @@ type RerouteStats struct {
 
 func newReroutes() *reroutes { return &reroutes{dbs: map[string]*rerouteLog{}} }
 
+// HoldStats are one node's figures for the routed writes its replicas held
+// because their bucket was arriving at the shard (the source's last pass
+// after the ownership flip not recorded yet), in GET
+// /databases/{db}/stats: with RerouteStats, what a flip costs writes.
+type HoldStats struct {
+	// Node is the node whose replicas held the writes.
+	Node string `json:"Node"`
+	// WritesHeld counts them since this node started.
+	WritesHeld uint64 `json:"WritesHeld"`
+	// DelayP50Ms and DelayP99Ms are taken over the latest Window of them;
+	// DelayMaxMs over all since the start.
+	DelayP50Ms float64 `json:"DelayP50Ms"`
+	DelayP99Ms float64 `json:"DelayP99Ms"`
+	DelayMaxMs float64 `json:"DelayMaxMs"`
+	Window     int     `json:"Window"`
+}
+
+// holdStats summarises holds' record of database db, created at raft
+// index created.
+func holdStats(holds *reroutes, node, db string, created uint64) HoldStats {
+	s := holds.stats(node, db, created)
+	return HoldStats{Node: s.Node, WritesHeld: s.WritesRerouted, DelayP50Ms: s.DelayP50Ms, DelayP99Ms: s.DelayP99Ms, DelayMaxMs: s.DelayMaxMs, Window: s.Window}
+}
+
 // record notes one rerouted write of database db, created at raft index
 // created, that the flip delayed by d.
 func (r *reroutes) record(db string, created uint64, d time.Duration) {

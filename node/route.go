@@ -110,6 +110,8 @@ func (n *Node) waitFlipSettled(ctx context.Context, db string, shard int, ops []
 	if _, ok := flipUnsettled(rec, shard, ops); !ok {
 		return
 	}
+	start := time.Now()
+	defer func() { n.holds.record(db, rec.CreatedIndex, time.Since(start)) }()
 	ch, stop := n.fsm.Watch()
 	defer stop()
 	t := time.NewTimer(flipSettleWait)

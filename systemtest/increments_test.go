@@ -93,4 +93,15 @@ func TestIncrementsDuringBackAndForthMoves(t *testing.T) {
 		}
 		t.Logf("%s: N=%d, %d increments acknowledged, %d unknown", id, n, total, unknown[k])
 	}
+	// The destinations held writes for the last passes, and say so.
+	held := 0.0
+	for i := range c.Members {
+		st := testcluster.Must(t, 200, "GET", c.URL(i)+"/databases/db/stats", "").JSON(t)
+		h := st["ArrivalHolds"].(map[string]any)
+		held += h["WritesHeld"].(float64)
+		t.Logf("node %v held %v writes for arriving buckets, p50 %v / p99 %v / max %v ms", h["Node"], h["WritesHeld"], h["DelayP50Ms"], h["DelayP99Ms"], h["DelayMaxMs"])
+	}
+	if held == 0 {
+		t.Errorf("no node reports a write held for an arriving bucket across %d moves under a write load", 6)
+	}
 }
