@@ -13,6 +13,7 @@ import (
 
 	"github.com/shardnode/shardnode/bucket"
 	"github.com/shardnode/shardnode/document"
+	"github.com/shardnode/shardnode/raftfsm"
 	"github.com/shardnode/shardnode/replication"
 	"github.com/shardnode/shardnode/resharding"
 	"github.com/shardnode/shardnode/rql"
@@ -143,6 +144,12 @@ func (l *localReplica) get(ctx context.Context, ids []string, recordEtag uint64)
 	if err := l.servesReads(ctx); err != nil {
 		return nil, err
 	}
+	if l.routed {
+		// A bucket arriving here may still lack writes its source
+		// acknowledged before it applied the flip: read it once the
+		// source's last pass is in, as writes wait for it.
+		l.n.waitFlipSettled(ctx, l.db, func(rec *raftfsm.DatabaseRecord) bool { return idsUnsettled(rec, l.shard, ids) })
+	}
 	out := make([]*storage.Document, len(ids))
 	// Read, then check the purge floor: a purge raises the floor before it
 	// writes, so a read that the check lets through came before the purge.
@@ -187,7 +194,15 @@ func (l *localReplica) write(ctx context.Context, ops []storage.Op, wc writeConc
 		}
 	}
 	if l.routed {
-		l.n.waitFlipSettled(ctx, l.db, l.shard, ops)
+		held := l.n.waitFlipSettled(ctx, l.db, func(rec *raftfsm.DatabaseRecord) bool {
+			_, ok := flipUnsettled(rec, l.shard, ops)
+			return ok
+		})
+		if held > 0 {
+			if rec := l.n.recordOf(l.db); rec != nil {
+				l.n.holds.record(l.db, rec.CreatedIndex, held)
+			}
+		}
 	}
 	fence := l.n.replicas.fence(l.db, l.shard)
 	g := fence.enter()

@@ -76,14 +76,34 @@ func flipUnsettled(rec *raftfsm.DatabaseRecord, shard int, ops []storage.Op) (ui
 		return 0, false
 	}
 	for _, op := range ops {
-		b := bucket.ForID(op.ID)
-		m := rec.Sharding.BucketMigrations[b]
-		if m != nil && m.DestinationShard == shard && !m.Leftovers && m.FinalPass == nil &&
-			(m.Status == raftfsm.MigrationMoved || m.Status == raftfsm.MigrationOwnershipTransferred) {
+		if b := bucket.ForID(op.ID); arriving(rec, shard, b) {
 			return b, true
 		}
 	}
 	return 0, false
+}
+
+// idsUnsettled reports whether the bucket of one of ids is arriving at
+// shard (see flipUnsettled): a read there could miss writes the source
+// acknowledged before it applied the flip.
+func idsUnsettled(rec *raftfsm.DatabaseRecord, shard int, ids []string) bool {
+	if len(rec.Sharding.BucketMigrations) == 0 {
+		return false
+	}
+	for _, id := range ids {
+		if arriving(rec, shard, bucket.ForID(id)) {
+			return true
+		}
+	}
+	return false
+}
+
+// arriving reports whether bucket b moves to shard in a migration (not a
+// documents-migrator one) whose sender has not recorded its last pass.
+func arriving(rec *raftfsm.DatabaseRecord, shard int, b uint32) bool {
+	m := rec.Sharding.BucketMigrations[b]
+	return m != nil && m.DestinationShard == shard && !m.Leftovers && m.FinalPass == nil &&
+		(m.Status == raftfsm.MigrationMoved || m.Status == raftfsm.MigrationOwnershipTransferred)
 }
 
 // errBucketArriving is the retryable refusal of a write into a bucket
@@ -99,19 +119,17 @@ func errBucketArriving(db string, shard int, b uint32) error {
 // after the flip, unless the sending node failed.
 const flipSettleWait = 2 * time.Second
 
-// waitFlipSettled holds a routed write into a bucket arriving at shard
-// until the source's last pass is recorded here (see flipUnsettled), at
-// most flipSettleWait; the write guard then decides.
-func (n *Node) waitFlipSettled(ctx context.Context, db string, shard int, ops []storage.Op) {
+// waitFlipSettled holds a routed request into a bucket arriving at its
+// shard until the source's last pass is recorded here (see
+// flipUnsettled), at most flipSettleWait; unsettled says whether the
+// request still waits by a record. It returns how long it held the
+// request (0: not at all).
+func (n *Node) waitFlipSettled(ctx context.Context, db string, unsettled func(*raftfsm.DatabaseRecord) bool) time.Duration {
 	rec := n.recordOf(db)
-	if rec == nil {
-		return
-	}
-	if _, ok := flipUnsettled(rec, shard, ops); !ok {
-		return
+	if rec == nil || !unsettled(rec) {
+		return 0
 	}
 	start := time.Now()
-	defer func() { n.holds.record(db, rec.CreatedIndex, time.Since(start)) }()
 	ch, stop := n.fsm.Watch()
 	defer stop()
 	t := time.NewTimer(flipSettleWait)
@@ -120,14 +138,12 @@ func (n *Node) waitFlipSettled(ctx context.Context, db string, shard int, ops []
 		select {
 		case <-ch:
 		case <-t.C:
-			return
+			return time.Since(start)
 		case <-ctx.Done():
-			return
+			return time.Since(start)
 		}
-		if rec := n.recordOf(db); rec == nil {
-			return
-		} else if _, ok := flipUnsettled(rec, shard, ops); !ok {
-			return
+		if rec := n.recordOf(db); rec == nil || !unsettled(rec) {
+			return time.Since(start)
 		}
 	}
 }

@@ -15,8 +15,9 @@ import (
 // again) through every node while the counters' bucket moves back and
 // forth. Around each flip the old owner and the new one must never both
 // take a write: each acknowledged increment is a value no other one was
-// acknowledged with, and each counter ends at the number of increments
-// acknowledged.
+// acknowledged with, each counter ends at the number of increments
+// acknowledged, and a read sent after a write was acknowledged sees it,
+// through any node.
 func TestIncrementsDuringBackAndForthMoves(t *testing.T) {
 	c := testcluster.Start(t, testcluster.Options{Nodes: 3})
 	A := c.URL(0)
@@ -34,6 +35,7 @@ func TestIncrementsDuringBackAndForthMoves(t *testing.T) {
 		acked[i] = map[int]int{}
 	}
 	unknown := make([]int, counters) // 5xx answers: maybe applied
+	var stale []string                // reads, sent after a write was acknowledged, that missed it
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for w := range clients {
@@ -66,6 +68,21 @@ func TestIncrementsDuringBackAndForthMoves(t *testing.T) {
 					acked[k][n+1]++
 				}
 				mu.Unlock()
+				if err != nil || r.Status != 201 {
+					continue
+				}
+				// Read your write, through any node.
+				via := c.URL(rnd.IntN(3))
+				r, err = testcluster.Do("GET", via+"/databases/db/docs?id="+ids[k], "")
+				if err != nil || r.Status != 200 {
+					continue
+				}
+				d = r.JSON(t)["Results"].([]any)[0].(map[string]any)
+				if got := int(d["N"].(float64)); got < n+1 {
+					mu.Lock()
+					stale = append(stale, fmt.Sprintf("%s: N=%d acknowledged through %s, then read N=%d through %s (shard %v)", ids[k], n+1, url, got, via, d["@metadata"].(map[string]any)["@shard"]))
+					mu.Unlock()
+				}
 			}
 		}()
 	}
@@ -92,6 +109,12 @@ func TestIncrementsDuringBackAndForthMoves(t *testing.T) {
 			t.Errorf("%s ends at N=%d after %d acknowledged increments (%d of unknown outcome)", id, n, total, unknown[k])
 		}
 		t.Logf("%s: N=%d, %d increments acknowledged, %d unknown", id, n, total, unknown[k])
+	}
+	for i, st := range stale {
+		if i == 5 {
+			break
+		}
+		t.Errorf("stale read %d of %d: %s", i+1, len(stale), st)
 	}
 	// The destinations held writes for the last passes, and say so.
 	held := 0.0
