@@ -35,7 +35,7 @@ func TestIncrementsDuringBackAndForthMoves(t *testing.T) {
 		acked[i] = map[int]int{}
 	}
 	unknown := make([]int, counters) // 5xx answers: maybe applied
-	var stale []string                // reads, sent after a write was acknowledged, that missed it
+	var stale []string               // reads, sent after a write was acknowledged, that missed it
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for w := range clients {
