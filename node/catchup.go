@@ -190,6 +190,37 @@ func (n *Node) markAllBehind() {
 	})
 }
 
+// peerReachWait is how long after its start a node keeps asking a peer
+// that no responder answers for, before its catch-up counts the peer
+// unreachable: its embedded NATS server's routes to the others connect
+// after it starts, and until then every peer looks unreachable. A node
+// restarted after kill -9 so served a shard from what it held, without
+// the writes the other member took meanwhile, and both members took
+// If-Match writes on the same version (an explorer: increments
+// acknowledged twice).
+const peerReachWait = 3 * time.Second
+
+// peerStats asks tag's replica of the shard for its stats. A peer no
+// responder answers for is asked again, every 100 ms, while this node
+// started less than peerReachWait ago and has not counted it down.
+func (n *Node) peerStats(ctx context.Context, tag, db string, shard int) (replicaStats, error) {
+	for {
+		sctx, cancel := context.WithTimeout(ctx, readAttemptTimeout)
+		st, err := (&remoteReplica{n: n, tag: tag, db: db, shard: shard}).stats(sctx)
+		cancel()
+		if err == nil || !errors.Is(err, errUnreachable) || n.health.knownDown(tag) || time.Since(n.started) >= peerReachWait {
+			return st, err
+		}
+		t := time.NewTimer(100 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return st, err
+		case <-t.C:
+		}
+	}
+}
+
 // catchUp marks the replica behind only once a member is known to be
 // ahead of it, or while members hand their writes over to it (see
 // takeWritesOver): a replica of a shard with no other member never
@@ -212,9 +243,7 @@ func (n *Node) catchUp(ctx context.Context, k replicaKey, s *storage.Store) erro
 			n.logger.Info("replica does not wait for a member that is down", "db", db, "shard", shard, "member", tag)
 			continue
 		}
-		sctx, cancel := context.WithTimeout(ctx, readAttemptTimeout)
-		st, err := (&remoteReplica{n: n, tag: tag, db: db, shard: shard}).stats(sctx)
-		cancel()
+		st, err := n.peerStats(ctx, tag, db, shard)
 		if err != nil {
 			// Not there (yet), or down: nothing to wait for. What only it
 			// holds is served once it is back (docs/operations.md, "What

@@ -193,6 +193,17 @@ func (l *localReplica) write(ctx context.Context, ops []storage.Op, wc writeConc
 			return nil, err
 		}
 	}
+	if l.routed && routed > 0 {
+		// The router chose this shard by a record newer than this node's
+		// (typically a flip this node has not applied yet): decide by that
+		// record, once applied here. With a barrier after each flip,
+		// followers apply within milliseconds.
+		if rec := l.n.recordOf(l.db); rec != nil && routed > rec.Etag {
+			if err := l.n.waitRecord(ctx, l.db, routed, maxRecordWait); err != nil {
+				return nil, err
+			}
+		}
+	}
 	if l.routed {
 		held := l.n.waitFlipSettled(ctx, l.db, func(rec *raftfsm.DatabaseRecord) bool {
 			_, ok := flipUnsettled(rec, l.shard, ops)

@@ -25,33 +25,31 @@ func (n *Node) recordOf(db string) *raftfsm.DatabaseRecord {
 //
 // routed is the etag of the record the router chose this shard by (0 if
 // unknown). When it is newer than this node's record, the router (or the
-// replica whose refusal it followed) has applied a later committed state
-// that gives these buckets to this shard, typically an ownership flip this
-// node has not applied yet: the write is accepted rather than refused or
-// held until this node's raft apply catches up. This admits nothing that
-// the newest committed record does not give to this shard. A source
-// replica is never let in this way after its flip: the router's newer
-// record would name the destination, and the source's own record is
-// newer than the router's once its sender has fenced.
+// replica whose refusal it followed) has applied a later committed state,
+// typically an ownership flip this node has not applied yet: the write
+// first waits (localReplica.write) until this node's record reaches it,
+// then is decided by that record, and is refused as catching up if it did
+// not get there.
 func (n *Node) guardWrites(db string, shard int, ops []storage.Op, routed uint64) error {
 	rec := n.recordOf(db)
 	if rec == nil {
 		return notFound("DatabaseDoesNotExist", "database %q does not exist", db)
 	}
 	if routed > rec.Etag {
-		// Trusted only while this node follows the cluster: a node that
-		// lost touch may hold the replica of a database deleted and
-		// created again since, under the same name (see freshness).
-		if !n.fresh.fresh() {
-			return errCatchingUp(n, db, shard)
-		}
-	} else {
-		for _, op := range ops {
-			if owner := rec.ShardOf(bucket.ForID(op.ID)); owner != shard {
-				return &apiError{Status: http.StatusMisdirectedRequest, Type: "BucketNotOwned",
-					Msg:   fmt.Sprintf("shard %d does not own the bucket of %q (shard %d does, record etag %d)", shard, op.ID, owner, rec.Etag),
-					Owner: &ownerHint{Shard: owner, RecordEtag: rec.Etag}}
-			}
+		// The write waited for this node's record to reach the router's
+		// (see localReplica.write) and it did not. Trusting the router's
+		// newer record without it let a moving bucket's new owner take
+		// writes before the source's last pass: its own older record did
+		// not show the move as arriving yet (an explorer, with nodes
+		// restarting during moves back and forth). The router waits and
+		// tries again.
+		return errCatchingUp(n, db, shard)
+	}
+	for _, op := range ops {
+		if owner := rec.ShardOf(bucket.ForID(op.ID)); owner != shard {
+			return &apiError{Status: http.StatusMisdirectedRequest, Type: "BucketNotOwned",
+				Msg:   fmt.Sprintf("shard %d does not own the bucket of %q (shard %d does, record etag %d)", shard, op.ID, owner, rec.Etag),
+				Owner: &ownerHint{Shard: owner, RecordEtag: rec.Etag}}
 		}
 	}
 	if b, ok := flipUnsettled(rec, shard, ops); ok {

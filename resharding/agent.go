@@ -255,7 +255,13 @@ func (a *Agent) reconcile(ctx context.Context, rec *raftfsm.DatabaseRecord) (wai
 func (a *Agent) responsible(members []string) bool {
 	for _, m := range members {
 		if a.c.Up(m) {
-			return m == a.c.NodeTag()
+			// A replica catching up is not it yet (nor is any other): the
+			// member that served meanwhile may hold writes it lacks, and a
+			// last pass it made would miss them while the destination then
+			// took the bucket's writes (an explorer: increments acknowledged
+			// twice after a restarted first member became the sender). Once
+			// it caught up, the others handed their writes over to it.
+			return m == a.c.NodeTag() && !a.c.Behind(a.db, a.shard)
 		}
 	}
 	return false

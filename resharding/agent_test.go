@@ -28,6 +28,7 @@ func (c *fakeCluster) Record(string) *raftfsm.DatabaseRecord          { return c
 func (c *fakeCluster) Watch() (<-chan uint64, func())                 { return make(chan uint64), func() {} }
 func (c *fakeCluster) IsLeader() bool                                 { return false }
 func (c *fakeCluster) Up(string) bool                                 { return true }
+func (c *fakeCluster) Behind(string, int) bool                        { return false }
 func (c *fakeCluster) WaitAllApplied(context.Context, uint64) error   { return nil }
 func (c *fakeCluster) NotePurge(string, int, uint64)                  {}
 func (c *fakeCluster) FenceWrites(context.Context, string, int) error { return nil }

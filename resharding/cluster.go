@@ -23,6 +23,10 @@ type Cluster interface {
 	IsLeader() bool
 	// Up reports whether a node is reachable.
 	Up(tag string) bool
+	// Behind reports that this node's replica of the shard is catching up
+	// with its peers (after a restart or time out of touch): it does not
+	// serve yet, and may lack writes another member took meanwhile.
+	Behind(db string, shard int) bool
 	// SendBatch stores a migration batch on every reachable replica of its
 	// destination shard at once and returns once all of them answered, with
 	// an error only if none committed it. A replica that missed it gets the
