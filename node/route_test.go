@@ -11,10 +11,11 @@ import (
 	"github.com/shardnode/shardnode/storage"
 )
 
-// TestWriteGuardNamesOwnerAndTrustsNewerRecord checks the write guard's
+// TestWriteGuardNamesOwnerAndWaitsForNewerRecord checks the write guard's
 // two sides: a refusal names the owning shard and the record that says
-// so, and a write routed by a record newer than the replica's is let in.
-func TestWriteGuardNamesOwnerAndTrustsNewerRecord(t *testing.T) {
+// so, and a write routed by a record newer than the replica's is not let
+// in on the router's word.
+func TestWriteGuardNamesOwnerAndWaitsForNewerRecord(t *testing.T) {
 	n := testNode(t, t.TempDir())
 	c := client{t, n.HTTPURL()}
 	c.must(201, "PUT", "/admin/databases/shop", `{"Shards": 3, "ReplicationFactor": 1}`)
@@ -41,9 +42,13 @@ func TestWriteGuardNamesOwnerAndTrustsNewerRecord(t *testing.T) {
 		}
 	}
 	// A router whose record is newer than this node's chose this shard by
-	// that later committed state: accepted.
-	if err := n.guardWrites("shop", other, ops, rec.Etag+1); err != nil {
-		t.Fatalf("write routed by a newer record refused: %v", err)
+	// a later committed state this node has not applied: the write waited
+	// for it (localReplica.write) and the guard, which sees it did not
+	// arrive, refuses it as catching up instead of trusting the router.
+	err := n.guardWrites("shop", other, ops, rec.Etag+1)
+	var ae *apiError
+	if !errors.As(err, &ae) || ae.Type != "ShardCatchingUp" || !servesSoon(err) {
+		t.Fatalf("write routed by a record this node lacks: %v, want a ShardCatchingUp the router waits out", err)
 	}
 }
 
