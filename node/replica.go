@@ -166,6 +166,22 @@ func (l *localReplica) get(ctx context.Context, ids []string, recordEtag uint64)
 	if err := l.n.replicas.checkView(l.db, l.shard, recordEtag); err != nil {
 		return nil, err
 	}
+	if l.routed && recordEtag != 0 {
+		// Routed by a record older than this node's, which no longer gives
+		// the bucket to this shard: the new owner may hold writes acknowledged
+		// since the flip (it takes them once the last pass is in), which this
+		// replica would not show. The router reads again with its newer
+		// record (an explorer read a value older than its own acknowledged
+		// write so, through a node that had not applied a flip yet).
+		if rec := l.n.recordOf(l.db); rec != nil && rec.Etag > recordEtag {
+			for _, id := range ids {
+				if owner := rec.ShardOf(bucket.ForID(id)); owner != l.shard {
+					return nil, &apiError{Status: http.StatusConflict, Type: "StaleRecord",
+						Msg: fmt.Sprintf("shard %d no longer owns the bucket of %q (shard %d does, record etag %d); the read was routed with record %d", l.shard, id, owner, rec.Etag, recordEtag)}
+				}
+			}
+		}
+	}
 	return out, nil
 }
 
