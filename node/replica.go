@@ -176,8 +176,7 @@ func (l *localReplica) get(ctx context.Context, ids []string, recordEtag uint64)
 		if rec := l.n.recordOf(l.db); rec != nil && rec.Etag > recordEtag {
 			for _, id := range ids {
 				if owner := rec.ShardOf(bucket.ForID(id)); owner != l.shard {
-					return nil, &apiError{Status: http.StatusConflict, Type: "StaleRecord",
-						Msg: fmt.Sprintf("shard %d no longer owns the bucket of %q (shard %d does, record etag %d); the read was routed with record %d", l.shard, id, owner, rec.Etag, recordEtag)}
+					return nil, errStaleRecord("shard %d no longer owns the bucket of %q (shard %d does, record etag %d); the read was routed with record %d", l.shard, id, owner, rec.Etag, recordEtag)
 				}
 			}
 		}

@@ -123,10 +123,16 @@ func (rs *replicaSet) checkView(db string, shard int, recordEtag uint64) error {
 	floor := rs.purged[replicaKey{db, shard}]
 	rs.mu.RUnlock()
 	if recordEtag != 0 && recordEtag < floor {
-		return &apiError{Status: http.StatusConflict, Type: "StaleRecord",
-			Msg: fmt.Sprintf("shard %d moved buckets away at raft index %d; the request was routed with record %d", shard, floor, recordEtag)}
+		return errStaleRecord("shard %d moved buckets away at raft index %d; the request was routed with record %d", shard, floor, recordEtag)
 	}
 	return nil
+}
+
+// errStaleRecord refuses a read routed with a record older than what the
+// replica knows of its shard's buckets: the router reads again once it has
+// the newer record.
+func errStaleRecord(format string, args ...any) error {
+	return &apiError{Status: http.StatusConflict, Type: "StaleRecord", Msg: fmt.Sprintf(format, args...)}
 }
 
 // forEachAgent calls fn for what runs beside each open replica (see
