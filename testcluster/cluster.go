@@ -2,6 +2,7 @@ package testcluster
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -268,8 +269,50 @@ func (m *Member) Stop() {
 	}
 }
 
-// Pause freezes a member process (SIGSTOP); Resume thaws it.
-func (m *Member) Pause() { m.signal(syscall.SIGSTOP) }
+// Pause freezes a member process (SIGSTOP) and returns once every thread
+// of it has stopped; Resume thaws it. The kernel stops a process only when
+// one of its threads runs to take the signal, which on a loaded machine
+// can be milliseconds after kill returns: a request sent in that gap would
+// still be served by the "frozen" node.
+func (m *Member) Pause() {
+	m.signal(syscall.SIGSTOP)
+	m.mu.Lock()
+	p := m.proc
+	m.mu.Unlock()
+	deadline := time.Now().Add(10 * time.Second)
+	for !stopped(p.Process.Pid) {
+		if time.Now().After(deadline) {
+			m.c.t.Fatalf("node %s: not stopped 10 s after SIGSTOP", m.Tag)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// stopped reports whether every thread of process pid is in the stopped
+// state (T) according to /proc. Where /proc cannot be read it reports true:
+// there is nothing better to wait on.
+func stopped(pid int) bool {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return true
+	}
+	for _, task := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+		if err != nil {
+			continue // the thread ended
+		}
+		// The state follows the command name, which is in parentheses
+		// and may itself hold spaces or parentheses.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 || i+2 >= len(b) {
+			return true
+		}
+		if st := b[i+2]; st != 'T' && st != 't' {
+			return false
+		}
+	}
+	return true
+}
 
 // Resume continues a paused member process (SIGCONT).
 func (m *Member) Resume() { m.signal(syscall.SIGCONT) }
