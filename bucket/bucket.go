@@ -237,3 +237,28 @@ func (r Ranges) BucketsOf(shard int) int {
 	}
 	return n
 }
+
+// Lost returns the first bucket that r gives shard and next does not, if
+// any: what a shard no longer owns once a record with next replaced one
+// with r. Both must be valid.
+func (r Ranges) Lost(next Ranges, shard int) (uint32, bool) {
+	i, j := 0, 0
+	for i < len(r) && j < len(next) {
+		if r[i].ShardNumber == shard && next[j].ShardNumber != shard {
+			return max(r[i].BucketRangeStart, next[j].BucketRangeStart), true
+		}
+		// Step past whichever entry ends first, or both.
+		ri, nj := i+1 < len(r), j+1 < len(next)
+		switch {
+		case ri && nj && r[i+1].BucketRangeStart == next[j+1].BucketRangeStart:
+			i, j = i+1, j+1
+		case ri && (!nj || r[i+1].BucketRangeStart < next[j+1].BucketRangeStart):
+			i++
+		case nj:
+			j++
+		default:
+			return 0, false
+		}
+	}
+	return 0, false
+}

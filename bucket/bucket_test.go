@@ -418,3 +418,42 @@ func BenchmarkForID(b *testing.B) {
 		})
 	}
 }
+
+// TestLostProperties: Lost finds the first bucket one valid range list
+// gives a shard and another does not. Ownership is constant between the
+// starts of either list, so checking every start of both is exhaustive.
+func TestLostProperties(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		n := rapid.IntRange(1, 5).Draw(t, "shards")
+		moved := func(r Ranges, label string) Ranges {
+			for range rapid.IntRange(0, 6).Draw(t, label+"-moves") {
+				from := drawBucket(t, r, label+"-from")
+				to := drawBucket(t, r, label+"-to")
+				if to < from {
+					from, to = to, from
+				}
+				r = r.MoveRange(from, to, rapid.IntRange(0, n).Draw(t, label+"-shard"))
+			}
+			return r
+		}
+		old := moved(EvenSplit(n), "old")
+		next := moved(old, "next")
+		shard := rapid.IntRange(0, n).Draw(t, "shard")
+		var starts []uint32
+		for _, e := range append(slices.Clone(old), next...) {
+			starts = append(starts, e.BucketRangeStart)
+		}
+		slices.Sort(starts)
+		want, wantOK := uint32(0), false
+		for _, s := range starts {
+			if old.ShardOf(s) == shard && next.ShardOf(s) != shard {
+				want, wantOK = s, true
+				break
+			}
+		}
+		got, ok := old.Lost(next, shard)
+		if ok != wantOK || got != want {
+			t.Fatalf("Lost(%v, %v, %d) = %d, %v; want %d, %v", old, next, shard, got, ok, want, wantOK)
+		}
+	})
+}

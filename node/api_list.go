@@ -334,6 +334,9 @@ func (l *localReplica) list(ctx context.Context, a listArgs) ([]listKey, error) 
 	if err := l.servesReads(ctx); err != nil {
 		return nil, err
 	}
+	if err := l.settleScan(ctx, a.Owners, a.RecordEtag); err != nil {
+		return nil, err
+	}
 	f := a.filter()
 	top := topK[listKey]{k: a.Limit, cmp: cmpListKeys}
 	seen := 0
@@ -363,6 +366,9 @@ func (l *localReplica) list(ctx context.Context, a listArgs) ([]listKey, error) 
 		return nil, fmt.Errorf("list shard %d of %q: %w", l.shard, l.db, err)
 	}
 	if err := l.n.replicas.checkView(l.db, l.shard, a.RecordEtag); err != nil {
+		return nil, err
+	}
+	if err := l.ownersCurrent(a.Owners, a.RecordEtag); err != nil {
 		return nil, err
 	}
 	return top.sorted(), nil

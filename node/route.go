@@ -26,7 +26,8 @@ func (n *Node) recordOf(db string) *raftfsm.DatabaseRecord {
 // routed is the etag of the record the router chose this shard by (0 if
 // unknown). When it is newer than this node's record, the router (or the
 // replica whose refusal it followed) has applied a later committed state,
-// typically an ownership flip this node has not applied yet: the write
+// typically an ownership flip this node has not applied yet. When that
+// record could decide the write differently (recordDecides), the write
 // first waits (localReplica.write) until this node's record reaches it,
 // then is decided by that record, and is refused as catching up if it did
 // not get there.
@@ -35,7 +36,7 @@ func (n *Node) guardWrites(db string, shard int, ops []storage.Op, routed uint64
 	if rec == nil {
 		return notFound("DatabaseDoesNotExist", "database %q does not exist", db)
 	}
-	if routed > rec.Etag {
+	if routed > rec.Etag && recordDecides(rec, shard, ops) {
 		// The write waited for this node's record to reach the router's
 		// (see localReplica.write) and it did not. Trusting the router's
 		// newer record without it let a moving bucket's new owner take
@@ -56,6 +57,27 @@ func (n *Node) guardWrites(db string, shard int, ops []storage.Op, routed uint64
 		return errBucketArriving(db, shard, b)
 	}
 	return nil
+}
+
+// recordDecides reports whether a record newer than rec (one a router
+// chose this shard by) could decide ops differently here: when rec does
+// not give an op's bucket to shard, or shows the bucket in a migration. A
+// bucket rec gives shard with no migration in it stays shard's in any
+// newer record that gives it to shard: to leave and come back it would
+// have to move back here, which this shard's replicas confirm, and so
+// this node's record would show that migration. Writes routed by a newer
+// record wait for it only when it decides (see localReplica.write):
+// waiting always held the writes routed from the leader to a follower
+// behind every migration step of any bucket, until the follower heard it
+// committed (up to raft's CommitTimeout, 50-100 ms).
+func recordDecides(rec *raftfsm.DatabaseRecord, shard int, ops []storage.Op) bool {
+	for _, op := range ops {
+		b := bucket.ForID(op.ID)
+		if rec.ShardOf(b) != shard || rec.Sharding.BucketMigrations[b] != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // flipUnsettled returns a bucket of ops that moves to shard in a migration
