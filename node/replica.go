@@ -145,6 +145,13 @@ func (l *localReplica) get(ctx context.Context, ids []string, recordEtag uint64)
 		return nil, err
 	}
 	if l.routed {
+		// Routed by a newer record that could decide the read (a flip to
+		// this shard not applied here yet): read by it, as writes do.
+		if rec := l.n.recordOf(l.db); rec != nil && recordEtag > rec.Etag && idsDecided(rec, l.shard, ids) {
+			if err := l.n.waitRecord(ctx, l.db, recordEtag, maxRecordWait); err != nil {
+				return nil, err
+			}
+		}
 		// A bucket arriving here may still lack writes its source
 		// acknowledged before it applied the flip: read it once the
 		// source's last pass is in, as writes wait for it.

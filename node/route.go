@@ -72,12 +72,25 @@ func (n *Node) guardWrites(db string, shard int, ops []storage.Op, routed uint64
 // committed (up to raft's CommitTimeout, 50-100 ms).
 func recordDecides(rec *raftfsm.DatabaseRecord, shard int, ops []storage.Op) bool {
 	for _, op := range ops {
-		b := bucket.ForID(op.ID)
-		if rec.ShardOf(b) != shard || rec.Sharding.BucketMigrations[b] != nil {
+		if bucketUndecided(rec, shard, bucket.ForID(op.ID)) {
 			return true
 		}
 	}
 	return false
+}
+
+// idsDecided is recordDecides for the ids of a point read.
+func idsDecided(rec *raftfsm.DatabaseRecord, shard int, ids []string) bool {
+	for _, id := range ids {
+		if bucketUndecided(rec, shard, bucket.ForID(id)) {
+			return true
+		}
+	}
+	return false
+}
+
+func bucketUndecided(rec *raftfsm.DatabaseRecord, shard int, b uint32) bool {
+	return rec.ShardOf(b) != shard || rec.Sharding.BucketMigrations[b] != nil
 }
 
 // flipUnsettled returns a bucket of ops that moves to shard in a migration
