@@ -39,6 +39,8 @@ func (c reshardCluster) Up(tag string) bool { return c.n.health.up(tag) }
 
 func (c reshardCluster) Behind(db string, shard int) bool { return c.n.catchUps.isBehind(db, shard) }
 
+func (c reshardCluster) Stopping() bool { return c.n.draining.Load() }
+
 func (c reshardCluster) SendBatch(ctx context.Context, b *resharding.Batch) error {
 	rec := c.n.recordOf(b.DB)
 	if rec == nil {

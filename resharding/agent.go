@@ -181,7 +181,7 @@ func (a *Agent) reconcile(ctx context.Context, rec *raftfsm.DatabaseRecord) (wai
 			// waits for that record. A sender that died before it is
 			// replaced by the shard's responsible replica, which sends the
 			// bucket again (by version: duplicates are no-ops).
-			if sending(m) || sentFinal(m) || (m.FinalPass == nil && a.responsible(rec.Sharding.Shards[a.shard].Members)) {
+			if !a.c.Stopping() && (sending(m) || sentFinal(m) || (m.FinalPass == nil && a.responsible(rec.Sharding.Shards[a.shard].Members))) {
 				want[taskKey{"send", m.Bucket, m.MigrationIndex}] = m
 			} else if m.FinalPass == nil {
 				standby = true
@@ -241,7 +241,7 @@ func (a *Agent) reconcile(ctx context.Context, rec *raftfsm.DatabaseRecord) (wai
 			case a.kick <- struct{}{}:
 			default:
 			}
-			if err != nil && tctx.Err() == nil {
+			if err != nil && tctx.Err() == nil && !errors.Is(err, errStopping) {
 				a.logger.Warn("migration task failed; will retry", "task", k.kind, "bucket", k.bucket, "migration", k.index, "err", err)
 			}
 		}()
@@ -249,10 +249,22 @@ func (a *Agent) reconcile(ctx context.Context, rec *raftfsm.DatabaseRecord) (wai
 	return waitStore, standby
 }
 
+// errStopping ends a sender on a node that stops cleanly before it
+// records a last pass (see responsible).
+var errStopping = errors.New("this node is stopping: the shard's next member sends")
+
 // responsible reports whether this node is the first reachable member of
 // members: the replica that does the shard's single-copy work. Two nodes
 // that disagree both do it, which is safe (duplicates are no-ops).
 func (a *Agent) responsible(members []string) bool {
+	if a.c.Stopping() {
+		// Its writes go to the next member from the end of its drain on,
+		// which this node's last pass would not hold: an explorer saw
+		// increments acknowledged twice when a node stopping cleanly made
+		// a last pass while the other member already took the bucket's
+		// writes. The next member sends once this node has left.
+		return false
+	}
 	for _, m := range members {
 		if a.c.Up(m) {
 			// A replica catching up is not it yet (nor is any other): the
@@ -409,6 +421,10 @@ func (a *Agent) send(ctx context.Context, m raftfsm.BucketMigration) error {
 			// starts after the flip replaces one that died before it
 			// recorded its own).
 			progress[a.s.DatabaseID()] = feed
+			if a.c.Stopping() {
+				// See responsible: the next member makes the last pass.
+				return errStopping
+			}
 			return a.propose(ctx, &raftfsm.SourceMigrationFinalPass{Meta: raftfsm.Meta{At: time.Now().UTC()}, Database: a.db, Bucket: m.Bucket,
 				MigrationIndex: m.MigrationIndex, Documents: docs, Bytes: bytes,
 				Pass: raftfsm.MigrationPass{ChangeVector: s.version.String(), SentThrough: progress, SentBy: a.s.DatabaseID(), Node: a.c.NodeTag()}})

@@ -29,6 +29,7 @@ func (c *fakeCluster) Watch() (<-chan uint64, func())                 { return m
 func (c *fakeCluster) IsLeader() bool                                 { return false }
 func (c *fakeCluster) Up(string) bool                                 { return true }
 func (c *fakeCluster) Behind(string, int) bool                        { return false }
+func (c *fakeCluster) Stopping() bool                                 { return false }
 func (c *fakeCluster) WaitAllApplied(context.Context, uint64) error   { return nil }
 func (c *fakeCluster) NotePurge(string, int, uint64)                  {}
 func (c *fakeCluster) FenceWrites(context.Context, string, int) error { return nil }

@@ -27,6 +27,11 @@ type Cluster interface {
 	// with its peers (after a restart or time out of touch): it does not
 	// serve yet, and may lack writes another member took meanwhile.
 	Behind(db string, shard int) bool
+	// Stopping reports that this node stops cleanly: its replicas hand
+	// their writes over to the shards' other members, so it does no
+	// single-copy work any more (a last pass it made would miss the
+	// writes they take from then on).
+	Stopping() bool
 	// SendBatch stores a migration batch on every reachable replica of its
 	// destination shard at once and returns once all of them answered, with
 	// an error only if none committed it. A replica that missed it gets the
