@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -81,6 +82,37 @@ func TestStoppingNodeAnswersEveryRequest(t *testing.T) {
 		}
 		if got := reply.Header.Get("Error-Type"); got != "NodeStopping" || reply.Header.Get("Status") != "503" {
 			t.Fatalf("request %d: status %s %s, want 503 NodeStopping", i, reply.Header.Get("Status"), got)
+		}
+	}
+}
+
+// TestOpCutShortByTheStopAnswersNodeStopping: an op that the node's stop
+// cancels half way (a listing's scan, a wait for the record) is answered
+// as the retryable NodeStopping, not as the InternalError of a canceled
+// context, which the router passed on to its client as a 500.
+func TestOpCutShortByTheStopAnswersNodeStopping(t *testing.T) {
+	n := testNode(t, t.TempDir())
+	running := make(chan struct{})
+	n.rpcHandlers["test.block"] = func(ctx context.Context, _ []byte) (any, error) {
+		close(running)
+		<-ctx.Done()
+		return nil, fmt.Errorf("list shard 0 of %q: %w", "db", ctx.Err())
+	}
+	replies := make(chan *nats.Msg, 1)
+	go func() {
+		m := nats.NewMsg(n.rpcSubject(n.cfg.Node.Tag))
+		m.Header.Set("Op", "test.block")
+		reply, err := n.bus.nc.RequestMsg(m, 5*time.Second)
+		if err != nil {
+			t.Errorf("no answer: %v", err)
+		}
+		replies <- reply
+	}()
+	<-running
+	n.cancel() // what Close does after the drain and the HTTP shutdown
+	if reply := <-replies; reply != nil {
+		if got := reply.Header.Get("Error-Type"); got != "NodeStopping" || reply.Header.Get("Status") != "503" {
+			t.Fatalf("status %s %s (%s), want 503 NodeStopping", reply.Header.Get("Status"), got, reply.Data)
 		}
 	}
 }

@@ -43,13 +43,7 @@ func (n *Node) serveRPC(ctx context.Context) (*nats.Subscription, error) {
 	// unanswered until the asking node counts this one down and answers
 	// its client 504 (outcome unknown): nothing ran, and another member
 	// can take it.
-	stopping := func(m *nats.Msg) {
-		reply := nats.NewMsg(m.Reply)
-		reply.Header.Set("Status", strconv.Itoa(http.StatusServiceUnavailable))
-		reply.Header.Set("Error-Type", "NodeStopping")
-		reply.Data = []byte(fmt.Sprintf("node %s is stopping; ask another member", n.cfg.Node.Tag))
-		_ = m.RespondMsg(reply)
-	}
+	stopping := n.answerStopping
 	sub, err := n.bus.nc.Subscribe(n.rpcSubject(n.cfg.Node.Tag), func(m *nats.Msg) {
 		// Checked first: once ctx ended, a select over both cases below
 		// picked either at random, and dropped half the requests of a
@@ -86,7 +80,18 @@ func (n *Node) serveRPC(ctx context.Context) (*nats.Subscription, error) {
 	return sub, nil
 }
 
+// answerStopping answers a request this node did not run, or did not
+// finish, because it stops: retryable, another member takes it.
+func (n *Node) answerStopping(m *nats.Msg) {
+	reply := nats.NewMsg(m.Reply)
+	reply.Header.Set("Status", strconv.Itoa(http.StatusServiceUnavailable))
+	reply.Header.Set("Error-Type", "NodeStopping")
+	reply.Data = []byte(fmt.Sprintf("node %s is stopping; ask another member", n.cfg.Node.Tag))
+	_ = m.RespondMsg(reply)
+}
+
 func (n *Node) handleRPC(ctx context.Context, m *nats.Msg) {
+	node := ctx // ends when this node stops
 	op := m.Header.Get("Op")
 	h, ok := n.rpcHandlers[op]
 	reply := nats.NewMsg(m.Reply)
@@ -101,6 +106,16 @@ func (n *Node) handleRPC(ctx context.Context, m *nats.Msg) {
 			defer cancel()
 		}
 		v, err = h(context.WithValue(ctx, rpcHeadersKey{}, m.Header), m.Data)
+	}
+	if err != nil && errors.Is(err, context.Canceled) && node.Err() != nil {
+		// The node's stop cut the op short (a listing's scan, a wait for
+		// the record) before it changed anything: a write that reached
+		// its store is answered whatever the context. Said as the
+		// InternalError of a cancellation, it reached clients as a 500
+		// where another member would have answered (an explorer, listing
+		// during SIGTERMs).
+		n.answerStopping(m)
+		return
 	}
 	if err != nil {
 		ae := toAPIError(err)
