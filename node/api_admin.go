@@ -34,6 +34,13 @@ func (n *Node) handleHealth(w http.ResponseWriter, r *http.Request) {
 		"Nats":     n.bus.nc.Status().String(),
 		"UptimeMs": time.Since(n.started).Milliseconds(),
 	}
+	if behind := n.catchUps.n.Load(); behind > 0 {
+		// Its routers send those replicas' requests to other members. A
+		// rolling restart waits for this to go before it stops the next
+		// node: stopped meanwhile, a member holding writes these lack
+		// would leave them to serve older versions.
+		body["CatchingUp"] = behind
+	}
 	if failing, last := n.replicas.failures(); failing > 0 {
 		// The node serves its other replicas; these are retried.
 		body["ReplicasFailing"] = failing

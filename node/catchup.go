@@ -110,6 +110,16 @@ func (c *replicaCatchUp) Close() {
 // behind. A member that does not answer is not waited for.
 func (n *Node) startCatchUp(db string, shard int, s *storage.Store) *replicaCatchUp {
 	k := replicaKey{db, shard}
+	if rec := n.recordOf(db); rec != nil && rec.Sharding.Shards[shard] != nil && len(rec.Sharding.Shards[shard].Members) > 1 {
+		// Marked from the moment it opens until its peers have been
+		// asked, on a node that serves already too: a replica that opened
+		// just after its node became ready (a restart) took writes on
+		// what it held before its peers answered, though the other member
+		// had taken newer ones while it was stopped (an explorer: If-Match
+		// increments acknowledged twice after each restart of a node whose
+		// stop took seconds). The first catch-up lifts the mark.
+		n.catchUps.set(k, true)
+	}
 	ctx, cancel := context.WithCancel(n.runCtx)
 	c := &replicaCatchUp{kick: make(chan struct{}, 1), cancel: cancel, done: make(chan struct{})}
 	n.wg.Add(1)

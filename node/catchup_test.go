@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/shardnode/shardnode/raftfsm"
 	"github.com/shardnode/shardnode/storage"
 )
 
@@ -119,4 +122,49 @@ func TestRoutedReadsAfterTheDrainAndAfterAStaleRefusal(t *testing.T) {
 	refusedAs("routed query after the drain", "NodeStopping", err)
 	n.draining.Store(false)
 	n.drained = make(chan struct{}) // Close drains again and closes it
+}
+
+// TestReplicaOpenedOnAServingNodeWaitsForItsPeers: a replica of a shard
+// with another member, opened on a node that serves already (after a
+// restart, a replica can open just after the node became ready), refuses
+// routed writes until its catch-up has asked that member how far it got.
+// It used to take them on what it held until the answer came: an
+// explorer saw If-Match increments acknowledged twice after restarts.
+func TestReplicaOpenedOnAServingNodeWaitsForItsPeers(t *testing.T) {
+	n := testNode(t, t.TempDir())
+	c := client{t, n.HTTPURL()}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// A second member, Z, that is up but does not answer yet.
+	if _, err := n.proposeIndex(ctx, &raftfsm.AddNode{Node: raftfsm.NodeInfo{Tag: "Z", HttpUrl: "http://127.0.0.1:1", RaftAddr: "127.0.0.1:1"}}); err != nil {
+		t.Fatal(err)
+	}
+	n.health.heard("Z", "z1")
+	asked := make(chan struct{}, 16)
+	sub, err := n.bus.nc.Subscribe(n.rpcSubject("Z"), func(*nats.Msg) { asked <- struct{}{} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	created := make(chan struct{})
+	go func() {
+		defer close(created)
+		c.must(201, "PUT", "/admin/databases/db", `{"Shards": 1, "ReplicationFactor": 2}`)
+	}()
+	defer func() { <-created }()
+	select {
+	case <-asked: // the catch-up asks Z
+	case <-ctx.Done():
+		t.Fatal("the new replica's catch-up never asked the other member")
+	}
+	l, err := n.local("db", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.routed = true
+	_, err = l.write(ctx, []storage.Op{{Kind: storage.OpPut, ID: "a", Body: []byte(`{"v":1}`)}}, writeConcern{}, 0)
+	var ae *apiError
+	if !errors.As(err, &ae) || ae.Type != "ShardCatchingUp" {
+		t.Fatalf("a routed write before the other member answered: %v, want ShardCatchingUp", err)
+	}
 }
