@@ -244,6 +244,24 @@ func (l *localReplica) write(ctx context.Context, ops []storage.Op, wc writeConc
 		return nil, l.n.refuseWhileStopping(ctx, l.db, l.shard)
 	}
 	if l.routed {
+		// Checked again right before the write: it may have waited above
+		// (for a confirmation, the router's record, a last pass) while
+		// this replica was found behind its peers, or its node stopped
+		// confirming that it follows the cluster, and routers sent the
+		// shard's other writes to another member meanwhile. Taken now, it
+		// would be based on versions that member has replaced (an
+		// explorer: If-Match increments acknowledged twice after a raft
+		// leader was killed). Not waited for here: a sender's fence
+		// waits for the writes inside.
+		if err := l.servesClients(); err != nil {
+			fence.exit(g)
+			return nil, err
+		}
+		if !l.n.fresh.fresh() {
+			fence.exit(g)
+			l.n.refusedWhileStale(l.db, l.shard)
+			return nil, errCatchingUp(l.n, l.db, l.shard)
+		}
 		// Checked inside the fence too: a hand-over waits for the writes
 		// that passed, and answers an etag that covers them.
 		if err := l.n.handingOver(l.db, l.shard); err != nil {
