@@ -27,13 +27,9 @@ func TestIncrementsWhileNodesStopCleanlyDuringMoves(t *testing.T) {
 	}
 	c := testcluster.Start(t, testcluster.Options{Nodes: 3})
 	testcluster.Must(t, 201, "PUT", c.URL(0)+"/admin/databases/db", `{"Shards":3,"ReplicationFactor":2}`)
-	const counters, clients = 2, 6
-	ids := make([]string, counters)
-	for i := range ids {
-		ids[i] = fmt.Sprintf("counter/%d$ctr", i)
-		testcluster.Must(t, 201, "PUT", c.URL(0)+"/databases/db/docs?id="+ids[i], `{"N":0}`)
-	}
-	b, home := bucketOf(t, c.URL(0), "db", ids[0])
+	const clients = 6
+	ctr := newCounters(t, c.URL(0), "db", []string{"counter/0$ctr", "counter/1$ctr"})
+	b, home := bucketOf(t, c.URL(0), "db", ctr.ids[0])
 	var running [3]atomic.Bool
 	for i := range running {
 		running[i].Store(true)
@@ -45,12 +41,6 @@ func TestIncrementsWhileNodesStopCleanlyDuringMoves(t *testing.T) {
 			}
 		}
 	}
-	var mu sync.Mutex
-	acked := make([]map[int]int, counters) // value -> times acknowledged
-	for i := range acked {
-		acked[i] = map[int]int{}
-	}
-	unknown := make([]int, counters) // failed or 5xx answers: maybe applied
 	stop := make(chan struct{})
 	stopped := func() bool {
 		select {
@@ -67,23 +57,7 @@ func TestIncrementsWhileNodesStopCleanlyDuringMoves(t *testing.T) {
 			defer wg.Done()
 			rnd := rand.New(rand.NewPCG(uint64(w), 3))
 			for !stopped() {
-				k := rnd.IntN(counters)
-				r, err := testcluster.Do("GET", anyNode(rnd)+"/databases/db/docs?id="+ids[k], "")
-				if err != nil || r.Status != 200 {
-					continue
-				}
-				d := r.JSON(t)["Results"].([]any)[0].(map[string]any)
-				n := int(d["N"].(float64))
-				cv := d["@metadata"].(map[string]any)["@change-vector"].(string)
-				r, err = testcluster.Do("PUT", anyNode(rnd)+"/databases/db/docs?id="+ids[k], fmt.Sprintf(`{"N":%d}`, n+1), "If-Match", cv)
-				mu.Lock()
-				switch {
-				case err != nil || r.Status >= 500:
-					unknown[k]++
-				case r.Status == 201:
-					acked[k][n+1]++
-				}
-				mu.Unlock()
+				ctr.increment(t, rnd, func() string { return anyNode(rnd) })
 			}
 		}()
 	}
@@ -129,27 +103,7 @@ func TestIncrementsWhileNodesStopCleanlyDuringMoves(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	t.Logf("%d moves", moves.Load())
-	for k, id := range ids {
-		total := 0
-		for v, times := range acked[k] {
-			total += times
-			if times > 1 {
-				t.Errorf("%s: N=%d acknowledged %d times: concurrent writes were both accepted", id, v, times)
-			}
-		}
-		var n int
-		testcluster.WaitFor(t, 30*time.Second, id+" to read", func() error {
-			r, err := testcluster.Expect(200, "GET", c.URL(0)+"/databases/db/docs?id="+id, "")
-			if err == nil {
-				n = int(r.JSON(t)["Results"].([]any)[0].(map[string]any)["N"].(float64))
-			}
-			return err
-		})
-		if n < total || n > total+unknown[k] {
-			t.Errorf("%s ends at N=%d after %d acknowledged increments (%d of unknown outcome)", id, n, total, unknown[k])
-		}
-		t.Logf("%s: N=%d, %d increments acknowledged, %d unknown", id, n, total, unknown[k])
-	}
+	ctr.check(t, c.URL(0))
 }
 
 // TestIncrementsAcrossCleanRestarts: clients increment counters with
@@ -173,23 +127,17 @@ func TestIncrementsAcrossCleanRestarts(t *testing.T) {
 func incrementsAcrossRestarts(t *testing.T, mode testcluster.Mode, rounds int) {
 	c := testcluster.Start(t, testcluster.Options{Nodes: 3, Mode: mode})
 	testcluster.Must(t, 201, "PUT", c.URL(0)+"/admin/databases/db", `{"Shards":3,"ReplicationFactor":2}`)
-	const counters, clients = 6, 6
-	ids := make([]string, counters)
+	const clients = 6
+	ids := make([]string, 6)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("counter/%d", i)
-		testcluster.Must(t, 201, "PUT", c.URL(0)+"/databases/db/docs?id="+ids[i], `{"N":0}`)
 	}
+	ctr := newCounters(t, c.URL(0), "db", ids)
 	var running [3]atomic.Bool
 	for i := range running {
 		running[i].Store(true)
 	}
-	var mu sync.Mutex
-	acked := make([]map[int]int, counters)
-	for i := range acked {
-		acked[i] = map[int]int{}
-	}
 	var total atomic.Int64
-	how := map[string][]string{}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for w := range clients {
@@ -210,20 +158,7 @@ func incrementsAcrossRestarts(t *testing.T, mode testcluster.Mode, rounds int) {
 					return
 				default:
 				}
-				k := rnd.IntN(counters)
-				r, err := testcluster.Do("GET", node()+"/databases/db/docs?id="+ids[k], "")
-				if err != nil || r.Status != 200 {
-					continue
-				}
-				d := r.JSON(t)["Results"].([]any)[0].(map[string]any)
-				n := int(d["N"].(float64))
-				cv := d["@metadata"].(map[string]any)["@change-vector"].(string)
-				r, err = testcluster.Do("PUT", node()+"/databases/db/docs?id="+ids[k], fmt.Sprintf(`{"N":%d}`, n+1), "If-Match", cv)
-				if err == nil && r.Status == 201 {
-					mu.Lock()
-					acked[k][n+1]++
-					how[fmt.Sprint(k, n+1)] = append(how[fmt.Sprint(k, n+1)], fmt.Sprintf("read %s, wrote %s", cv, r.JSON(t)["ChangeVector"]))
-					mu.Unlock()
+				if _, _, _, ok := ctr.increment(t, rnd, node); ok {
 					total.Add(1)
 				}
 			}
@@ -262,11 +197,5 @@ func incrementsAcrossRestarts(t *testing.T, mode testcluster.Mode, rounds int) {
 	close(stop)
 	wg.Wait()
 	t.Logf("%d increments acknowledged", total.Load())
-	for k, id := range ids {
-		for v, times := range acked[k] {
-			if times > 1 {
-				t.Errorf("%s: N=%d acknowledged %d times: two replicas took writes on the same version: %v", id, v, times, how[fmt.Sprint(k, v)])
-			}
-		}
-	}
+	ctr.check(t, c.URL(0))
 }

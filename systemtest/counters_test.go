@@ -1,0 +1,83 @@
+package systemtest
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+
+	"github.com/shardnode/shardnode/testcluster"
+)
+
+// ifMatchCounters are documents {"N": n} that clients increment with If-Match:
+// read through one node, write n+1 with the change vector read through
+// another. Two writes acknowledged with the same value mean two replicas
+// (or shards) took writes on the same version, and one was lost.
+type ifMatchCounters struct {
+	db      string
+	ids     []string
+	mu      sync.Mutex
+	acked   []map[int]int // per counter: value → times acknowledged
+	unknown []int         // per counter: failed or 5xx writes, which may have applied
+}
+
+// newCounters creates the counters at 0 through url.
+func newCounters(t testing.TB, url, db string, ids []string) *ifMatchCounters {
+	c := &ifMatchCounters{db: db, ids: ids, acked: make([]map[int]int, len(ids)), unknown: make([]int, len(ids))}
+	for i, id := range ids {
+		c.acked[i] = map[int]int{}
+		testcluster.Must(t, 201, "PUT", url+"/databases/"+db+"/docs?id="+id, `{"N":0}`)
+	}
+	return c
+}
+
+// increment increments a random counter once, reading and writing through
+// nodes node picks. It returns the counter, the value written and the
+// node that acknowledged it (ok false when no write was acknowledged).
+func (c *ifMatchCounters) increment(t testing.TB, rnd *rand.Rand, node func() string) (k, n int, via string, ok bool) {
+	k = rnd.IntN(len(c.ids))
+	base := "/databases/" + c.db + "/docs?id=" + c.ids[k]
+	r, err := testcluster.Do("GET", node()+base, "")
+	if err != nil || r.Status != 200 {
+		return k, 0, "", false
+	}
+	d := r.JSON(t)["Results"].([]any)[0].(map[string]any)
+	n = int(d["N"].(float64)) + 1
+	cv := d["@metadata"].(map[string]any)["@change-vector"].(string)
+	via = node()
+	r, err = testcluster.Do("PUT", via+base, fmt.Sprintf(`{"N":%d}`, n), "If-Match", cv)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case err != nil || r.Status >= 500:
+		c.unknown[k]++
+	case r.Status == 201:
+		c.acked[k][n]++
+		return k, n, via, true
+	}
+	return k, n, via, false
+}
+
+// check fails t for a value acknowledged twice, and for a counter (read
+// through url) that does not end at the number of increments acknowledged,
+// plus at most those of unknown outcome.
+func (c *ifMatchCounters) check(t testing.TB, url string) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, id := range c.ids {
+		total := 0
+		for v, times := range c.acked[k] {
+			total += times
+			if times > 1 {
+				t.Errorf("%s: N=%d acknowledged %d times: concurrent writes were both accepted", id, v, times)
+			}
+		}
+		r := testcluster.Must(t, 200, "GET", url+"/databases/"+c.db+"/docs?id="+id, "").JSON(t)
+		n := int(r["Results"].([]any)[0].(map[string]any)["N"].(float64))
+		if n < total || n > total+c.unknown[k] {
+			t.Errorf("%s ends at N=%d after %d acknowledged increments (%d of unknown outcome)", id, n, total, c.unknown[k])
+		}
+		t.Logf("%s: N=%d, %d increments acknowledged, %d unknown", id, n, total, c.unknown[k])
+	}
+}
