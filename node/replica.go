@@ -357,7 +357,8 @@ func (l *localReplica) settleScan(ctx context.Context, owners bucket.Ranges, rec
 		// newer record: for one both give it, this node's record shows
 		// the move and whether its last pass is in. Waiting for every
 		// newer record held scans behind each migration step a follower
-		// had not heard committed yet (p99 82-88 ms in the test above).
+		// had not heard committed yet (p99 82-88 ms in
+		// TestQueriesSeeAcknowledgedCreatesDuringBackAndForthMoves).
 		if _, gained := owners.Lost(rec.Sharding.BucketRanges, l.shard); gained {
 			if err := l.n.waitRecord(ctx, l.db, recordEtag, maxRecordWait); err != nil {
 				return err
