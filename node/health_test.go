@@ -161,7 +161,8 @@ func TestRequestToACleanlyStoppingNodeWaitsForItsAnswer(t *testing.T) {
 	}
 	// A node that did not announce a clean stop is given up on at once.
 	n.health.heard("Y", "y1")
-	ysub, err := n.bus.nc.Subscribe(n.rpcSubject("Y"), func(m *nats.Msg) {})
+	yReceived := make(chan struct{}, 1)
+	ysub, err := n.bus.nc.Subscribe(n.rpcSubject("Y"), func(m *nats.Msg) { yReceived <- struct{}{} }) // and never answers
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +171,7 @@ func TestRequestToACleanlyStoppingNodeWaitsForItsAnswer(t *testing.T) {
 		_, err := n.callRawWith(context.Background(), "Y", "shard.write.bin", nil, nil)
 		done <- err
 	}()
-	time.Sleep(50 * time.Millisecond) // the request is on its way; nothing answers it anyway
+	<-yReceived // the request is in flight
 	n.health.markDown("Y")
 	select {
 	case err := <-done:

@@ -147,7 +147,7 @@ func (l *localReplica) get(ctx context.Context, ids []string, recordEtag uint64)
 	if l.routed {
 		// Routed by a newer record that could decide the read (a flip to
 		// this shard not applied here yet): read by it, as writes do.
-		if rec := l.n.recordOf(l.db); rec != nil && recordEtag > rec.Etag && idsDecided(rec, l.shard, ids) {
+		if rec := l.n.recordOf(l.db); rec != nil && recordEtag > rec.Etag && recordDecides(rec, l.shard, ids, readID) {
 			if err := l.n.waitRecord(ctx, l.db, recordEtag, maxRecordWait); err != nil {
 				return nil, err
 			}
@@ -155,7 +155,10 @@ func (l *localReplica) get(ctx context.Context, ids []string, recordEtag uint64)
 		// A bucket arriving here may still lack writes its source
 		// acknowledged before it applied the flip: read it once the
 		// source's last pass is in, as writes wait for it.
-		l.n.waitFlipSettled(ctx, l.db, func(rec *raftfsm.DatabaseRecord) bool { return idsUnsettled(rec, l.shard, ids) })
+		l.n.waitFlipSettled(ctx, l.db, func(rec *raftfsm.DatabaseRecord) bool {
+			_, ok := flipUnsettled(rec, l.shard, ids, readID)
+			return ok
+		})
 	}
 	out := make([]*storage.Document, len(ids))
 	// Read, then check the purge floor: a purge raises the floor before it
@@ -220,7 +223,7 @@ func (l *localReplica) write(ctx context.Context, ops []storage.Op, wc writeConc
 		// (typically a flip this node has not applied yet): decide by that
 		// record, once applied here. With a barrier after each flip,
 		// followers apply within milliseconds.
-		if rec := l.n.recordOf(l.db); rec != nil && routed > rec.Etag && recordDecides(rec, l.shard, ops) {
+		if rec := l.n.recordOf(l.db); rec != nil && routed > rec.Etag && recordDecides(rec, l.shard, ops, opID) {
 			if err := l.n.waitRecord(ctx, l.db, routed, maxRecordWait); err != nil {
 				return nil, err
 			}
@@ -228,7 +231,7 @@ func (l *localReplica) write(ctx context.Context, ops []storage.Op, wc writeConc
 	}
 	if l.routed {
 		held := l.n.waitFlipSettled(ctx, l.db, func(rec *raftfsm.DatabaseRecord) bool {
-			_, ok := flipUnsettled(rec, l.shard, ops)
+			_, ok := flipUnsettled(rec, l.shard, ops, opID)
 			return ok
 		})
 		if held > 0 {

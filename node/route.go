@@ -36,7 +36,7 @@ func (n *Node) guardWrites(db string, shard int, ops []storage.Op, routed uint64
 	if rec == nil {
 		return notFound("DatabaseDoesNotExist", "database %q does not exist", db)
 	}
-	if routed > rec.Etag && recordDecides(rec, shard, ops) {
+	if routed > rec.Etag && recordDecides(rec, shard, ops, opID) {
 		// The write waited for this node's record to reach the router's
 		// (see localReplica.write) and it did not. Trusting the router's
 		// newer record without it let a moving bucket's new owner take
@@ -53,16 +53,17 @@ func (n *Node) guardWrites(db string, shard int, ops []storage.Op, routed uint64
 				Owner: &ownerHint{Shard: owner, RecordEtag: rec.Etag}}
 		}
 	}
-	if b, ok := flipUnsettled(rec, shard, ops); ok {
+	if b, ok := flipUnsettled(rec, shard, ops, opID); ok {
 		return errBucketArriving(db, shard, b)
 	}
 	return nil
 }
 
 // recordDecides reports whether a record newer than rec (one a router
-// chose this shard by) could decide ops differently here: when rec does
-// not give an op's bucket to shard, or shows the bucket in a migration. A
-// bucket rec gives shard with no migration in it stays shard's in any
+// chose this shard by) could decide items (a write's ops, a read's ids;
+// id names each) differently here: when rec does not give an item's
+// bucket to shard, or shows the bucket in a migration. A bucket rec
+// gives shard with no migration in it stays shard's in any
 // newer record that gives it to shard: to leave and come back it would
 // have to move back here, which this shard's replicas confirm, and so
 // this node's record would show that migration. Writes routed by a newer
@@ -70,31 +71,23 @@ func (n *Node) guardWrites(db string, shard int, ops []storage.Op, routed uint64
 // waiting always held the writes routed from the leader to a follower
 // behind every migration step of any bucket, until the follower heard it
 // committed (up to raft's CommitTimeout, 50-100 ms).
-func recordDecides(rec *raftfsm.DatabaseRecord, shard int, ops []storage.Op) bool {
-	for _, op := range ops {
-		if bucketUndecided(rec, shard, bucket.ForID(op.ID)) {
+func recordDecides[T any](rec *raftfsm.DatabaseRecord, shard int, items []T, id func(T) string) bool {
+	for _, it := range items {
+		if b := bucket.ForID(id(it)); rec.ShardOf(b) != shard || rec.Sharding.BucketMigrations[b] != nil {
 			return true
 		}
 	}
 	return false
 }
 
-// idsDecided is recordDecides for the ids of a point read.
-func idsDecided(rec *raftfsm.DatabaseRecord, shard int, ids []string) bool {
-	for _, id := range ids {
-		if bucketUndecided(rec, shard, bucket.ForID(id)) {
-			return true
-		}
-	}
-	return false
-}
+// opID and readID name the item of a write's op and of a point read, for
+// recordDecides and flipUnsettled.
+func opID(op storage.Op) string { return op.ID }
+func readID(id string) string   { return id }
 
-func bucketUndecided(rec *raftfsm.DatabaseRecord, shard int, b uint32) bool {
-	return rec.ShardOf(b) != shard || rec.Sharding.BucketMigrations[b] != nil
-}
-
-// flipUnsettled returns a bucket of ops that moves to shard in a migration
-// whose sender has not recorded its last pass (as far as rec knows). The
+// flipUnsettled returns a bucket of items (named by id) that moves to
+// shard in a migration whose sender has not recorded its last pass (as
+// far as rec knows). The
 // source takes writes until it applies the flip, which a node may do
 // milliseconds after the others; the last pass brings those writes here.
 // Had the destination taken writes before that, a router with the new
@@ -104,31 +97,16 @@ func bucketUndecided(rec *raftfsm.DatabaseRecord, shard int, b uint32) bool {
 // takes a moving bucket's writes only once the last pass is recorded:
 // moves made by the documents migrator are not held, their source never
 // owned the bucket.
-func flipUnsettled(rec *raftfsm.DatabaseRecord, shard int, ops []storage.Op) (uint32, bool) {
+func flipUnsettled[T any](rec *raftfsm.DatabaseRecord, shard int, items []T, id func(T) string) (uint32, bool) {
 	if len(rec.Sharding.BucketMigrations) == 0 {
 		return 0, false
 	}
-	for _, op := range ops {
-		if b := bucket.ForID(op.ID); arriving(rec, shard, b) {
+	for _, it := range items {
+		if b := bucket.ForID(id(it)); arriving(rec, shard, b) {
 			return b, true
 		}
 	}
 	return 0, false
-}
-
-// idsUnsettled reports whether the bucket of one of ids is arriving at
-// shard (see flipUnsettled): a read there could miss writes the source
-// acknowledged before it applied the flip.
-func idsUnsettled(rec *raftfsm.DatabaseRecord, shard int, ids []string) bool {
-	if len(rec.Sharding.BucketMigrations) == 0 {
-		return false
-	}
-	for _, id := range ids {
-		if arriving(rec, shard, bucket.ForID(id)) {
-			return true
-		}
-	}
-	return false
 }
 
 // arriving reports whether bucket b moves to shard in a migration (not a

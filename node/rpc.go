@@ -39,23 +39,18 @@ func (n *Node) rpcSubject(tag string) string {
 func (n *Node) serveRPC(ctx context.Context) (*nats.Subscription, error) {
 	const maxInflight = 512
 	sem := make(chan struct{}, maxInflight)
-	// A request this node will not run is answered so, rather than left
-	// unanswered until the asking node counts this one down and answers
-	// its client 504 (outcome unknown): nothing ran, and another member
-	// can take it.
-	stopping := n.answerStopping
 	sub, err := n.bus.nc.Subscribe(n.rpcSubject(n.cfg.Node.Tag), func(m *nats.Msg) {
 		// Checked first: once ctx ended, a select over both cases below
 		// picked either at random, and dropped half the requests of a
 		// stopping node without an answer (a few 504s per clean stop).
 		if ctx.Err() != nil {
-			stopping(m)
+			n.answerStopping(m)
 			return
 		}
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
-			stopping(m)
+			n.answerStopping(m)
 			return
 		}
 		// Close waits on n.wg: no Add may race that Wait.
@@ -63,7 +58,7 @@ func (n *Node) serveRPC(ctx context.Context) (*nats.Subscription, error) {
 		if n.rpcStopped {
 			n.rpcMu.Unlock()
 			<-sem
-			stopping(m)
+			n.answerStopping(m)
 			return
 		}
 		n.wg.Add(1)
@@ -81,7 +76,9 @@ func (n *Node) serveRPC(ctx context.Context) (*nats.Subscription, error) {
 }
 
 // answerStopping answers a request this node did not run, or did not
-// finish, because it stops: retryable, another member takes it.
+// finish, because it stops: retryable, another member takes it. Left
+// unanswered, the asking node would wait until it counted this one down
+// and answer its client 504 (outcome unknown).
 func (n *Node) answerStopping(m *nats.Msg) {
 	reply := nats.NewMsg(m.Reply)
 	reply.Header.Set("Status", strconv.Itoa(http.StatusServiceUnavailable))
@@ -91,7 +88,7 @@ func (n *Node) answerStopping(m *nats.Msg) {
 }
 
 func (n *Node) handleRPC(ctx context.Context, m *nats.Msg) {
-	node := ctx // ends when this node stops
+	nodeCtx := ctx // ends when this node stops
 	op := m.Header.Get("Op")
 	h, ok := n.rpcHandlers[op]
 	reply := nats.NewMsg(m.Reply)
@@ -107,7 +104,7 @@ func (n *Node) handleRPC(ctx context.Context, m *nats.Msg) {
 		}
 		v, err = h(context.WithValue(ctx, rpcHeadersKey{}, m.Header), m.Data)
 	}
-	if err != nil && errors.Is(err, context.Canceled) && node.Err() != nil {
+	if errors.Is(err, context.Canceled) && nodeCtx.Err() != nil {
 		// The node's stop cut the op short (a listing's scan, a wait for
 		// the record) before it changed anything: a write that reached
 		// its store is answered whatever the context. Said as the

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/shardnode/shardnode/testcluster"
@@ -79,5 +80,52 @@ func (c *ifMatchCounters) check(t testing.TB, url string) {
 			t.Errorf("%s ends at N=%d after %d acknowledged increments (%d of unknown outcome)", id, n, total, c.unknown[k])
 		}
 		t.Logf("%s: N=%d, %d increments acknowledged, %d unknown", id, n, total, c.unknown[k])
+	}
+}
+
+// upNodes picks, at random, a node of a cluster that runs: tests that stop
+// and start members say so with set.
+type upNodes struct {
+	c  *testcluster.Cluster
+	up []atomic.Bool
+}
+
+func newUpNodes(c *testcluster.Cluster) *upNodes {
+	u := &upNodes{c: c, up: make([]atomic.Bool, len(c.Members))}
+	for i := range u.up {
+		u.up[i].Store(true)
+	}
+	return u
+}
+
+// set records whether member i runs.
+func (u *upNodes) set(i int, up bool) { u.up[i].Store(up) }
+
+// pick returns the URL of a running member; one must run.
+func (u *upNodes) pick(rnd *rand.Rand) string {
+	for {
+		if i := rnd.IntN(len(u.up)); u.up[i].Load() {
+			return u.c.URL(i)
+		}
+	}
+}
+
+// runClients starts n clients, counted in wg, each calling step with its
+// own random source (seeded by seed and its number) until stop is closed.
+func runClients(wg *sync.WaitGroup, n int, seed uint64, stop <-chan struct{}, step func(rnd *rand.Rand)) {
+	for w := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rnd := rand.New(rand.NewPCG(uint64(w), seed))
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				step(rnd)
+			}
+		}()
 	}
 }

@@ -29,37 +29,25 @@ func TestIncrementsDuringBackAndForthMoves(t *testing.T) {
 	var stale []string // reads, sent after a write was acknowledged, that missed it
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	for w := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rnd := rand.New(rand.NewPCG(uint64(w), 1))
-			node := func() string { return c.URL(rnd.IntN(3)) }
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				k, n, url, ok := ctr.increment(t, rnd, node)
-				if !ok {
-					continue
-				}
-				// Read your write, through any node.
-				via := node()
-				r, err := testcluster.Do("GET", via+"/databases/db/docs?id="+ctr.ids[k], "")
-				if err != nil || r.Status != 200 {
-					continue
-				}
-				d := r.JSON(t)["Results"].([]any)[0].(map[string]any)
-				if got := int(d["N"].(float64)); got < n {
-					mu.Lock()
-					stale = append(stale, fmt.Sprintf("%s: N=%d acknowledged through %s, then read N=%d through %s (shard %v)", ctr.ids[k], n, url, got, via, d["@metadata"].(map[string]any)["@shard"]))
-					mu.Unlock()
-				}
-			}
-		}()
-	}
+	runClients(&wg, clients, 1, stop, func(rnd *rand.Rand) {
+		node := func() string { return c.URL(rnd.IntN(3)) }
+		k, n, url, ok := ctr.increment(t, rnd, node)
+		if !ok {
+			return
+		}
+		// Read your write, through any node.
+		via := node()
+		r, err := testcluster.Do("GET", via+"/databases/db/docs?id="+ctr.ids[k], "")
+		if err != nil || r.Status != 200 {
+			return
+		}
+		d := r.JSON(t)["Results"].([]any)[0].(map[string]any)
+		if got := int(d["N"].(float64)); got < n {
+			mu.Lock()
+			stale = append(stale, fmt.Sprintf("%s: N=%d acknowledged through %s, then read N=%d through %s (shard %v)", ctr.ids[k], n, url, got, via, d["@metadata"].(map[string]any)["@shard"]))
+			mu.Unlock()
+		}
+	})
 	from := home
 	for _, to := range []int{(home + 1) % 3, home, (home + 2) % 3, home, (home + 1) % 3, home} {
 		id := startReshard(t, c.URL(to), "db", b, b, to)

@@ -30,17 +30,7 @@ func TestIncrementsWhileNodesStopCleanlyDuringMoves(t *testing.T) {
 	const clients = 6
 	ctr := newCounters(t, c.URL(0), "db", []string{"counter/0$ctr", "counter/1$ctr"})
 	b, home := bucketOf(t, c.URL(0), "db", ctr.ids[0])
-	var running [3]atomic.Bool
-	for i := range running {
-		running[i].Store(true)
-	}
-	anyNode := func(rnd *rand.Rand) string {
-		for {
-			if i := rnd.IntN(3); running[i].Load() {
-				return c.URL(i)
-			}
-		}
-	}
+	up := newUpNodes(c)
 	stop := make(chan struct{})
 	stopped := func() bool {
 		select {
@@ -51,16 +41,9 @@ func TestIncrementsWhileNodesStopCleanlyDuringMoves(t *testing.T) {
 		}
 	}
 	var wg sync.WaitGroup
-	for w := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rnd := rand.New(rand.NewPCG(uint64(w), 3))
-			for !stopped() {
-				ctr.increment(t, rnd, func() string { return anyNode(rnd) })
-			}
-		}()
-	}
+	runClients(&wg, clients, 3, stop, func(rnd *rand.Rand) {
+		ctr.increment(t, rnd, func() string { return up.pick(rnd) })
+	})
 	// The bucket moves back and forth for as long as the nodes restart.
 	var moves atomic.Int64
 	wg.Add(1)
@@ -70,13 +53,13 @@ func TestIncrementsWhileNodesStopCleanlyDuringMoves(t *testing.T) {
 		for to := (home + 1) % 3; !stopped(); to = (to + 1) % 3 {
 			var op string
 			for op == "" && !stopped() {
-				r, err := testcluster.Do("POST", anyNode(rnd)+"/databases/db/resharding", fmt.Sprintf(`{"FromBucket":%d,"ToBucket":%d,"ToShard":%d}`, b, b, to))
+				r, err := testcluster.Do("POST", up.pick(rnd)+"/databases/db/resharding", fmt.Sprintf(`{"FromBucket":%d,"ToBucket":%d,"ToShard":%d}`, b, b, to))
 				if err == nil && r.Status == 202 {
 					op = r.JSON(t)["OperationId"].(string)
 				}
 			}
 			for !stopped() {
-				r, err := testcluster.Do("GET", anyNode(rnd)+"/databases/db/resharding/"+op, "")
+				r, err := testcluster.Do("GET", up.pick(rnd)+"/databases/db/resharding/"+op, "")
 				if err == nil && r.Status == 200 && r.JSON(t)["Status"] == "Completed" {
 					moves.Add(1)
 					break
@@ -86,11 +69,10 @@ func TestIncrementsWhileNodesStopCleanlyDuringMoves(t *testing.T) {
 		}
 	}()
 	for round := range 9 {
-		v := c.Members[round%3]
-		running[round%3].Store(false)
-		v.Stop()
-		v.Start()
-		running[round%3].Store(true)
+		up.set(round%3, false)
+		c.Members[round%3].Stop()
+		c.Members[round%3].Start()
+		up.set(round%3, true)
 		// A few moves with every node up before the next stop.
 		done := moves.Load()
 		testcluster.WaitFor(t, 60*time.Second, "moves after a restart", func() error {
@@ -133,40 +115,18 @@ func incrementsAcrossRestarts(t *testing.T, mode testcluster.Mode, rounds int) {
 		ids[i] = fmt.Sprintf("counter/%d", i)
 	}
 	ctr := newCounters(t, c.URL(0), "db", ids)
-	var running [3]atomic.Bool
-	for i := range running {
-		running[i].Store(true)
-	}
+	up := newUpNodes(c)
 	var total atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	for w := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rnd := rand.New(rand.NewPCG(uint64(w), 5))
-			node := func() string {
-				for {
-					if i := rnd.IntN(3); running[i].Load() {
-						return c.URL(i)
-					}
-				}
-			}
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				if _, _, _, ok := ctr.increment(t, rnd, node); ok {
-					total.Add(1)
-				}
-			}
-		}()
-	}
+	runClients(&wg, clients, 5, stop, func(rnd *rand.Rand) {
+		if _, _, _, ok := ctr.increment(t, rnd, func() string { return up.pick(rnd) }); ok {
+			total.Add(1)
+		}
+	})
 	for round := range rounds {
 		i := round % 3
-		running[i].Store(false)
+		up.set(i, false)
 		c.Members[i].Stop()
 		from := total.Load()
 		testcluster.WaitFor(t, 30*time.Second, "increments while a node is down", func() error {
@@ -176,7 +136,7 @@ func incrementsAcrossRestarts(t *testing.T, mode testcluster.Mode, rounds int) {
 			return nil
 		})
 		c.Members[i].Start()
-		running[i].Store(true)
+		up.set(i, true)
 		// As a rolling restart should: the next node stops only once this
 		// one's replicas caught up (see docs/operations.md, Restart).
 		testcluster.WaitFor(t, 30*time.Second, c.Members[i].Tag+"'s replicas to catch up", func() error {
