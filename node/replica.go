@@ -196,7 +196,7 @@ func (l *localReplica) get(ctx context.Context, ids []string, recordEtag uint64)
 
 func (l *localReplica) write(ctx context.Context, ops []storage.Op, wc writeConcern, routed uint64) ([]storage.Result, error) {
 	if err := l.servesClients(); err != nil {
-		return nil, err
+		return nil, l.handOff(ctx, err)
 	}
 	if l.routed && !l.n.fresh.fresh() {
 		// This node has not confirmed lately that it follows the cluster:
@@ -212,10 +212,10 @@ func (l *localReplica) write(ctx context.Context, ops []storage.Op, wc writeConc
 			// again only after its node confirmed it follows the cluster
 			// and it caught up (see refusedWhileStale).
 			l.n.refusedWhileStale(l.db, l.shard)
-			return nil, errCatchingUp(l.n, l.db, l.shard)
+			return nil, l.handOff(ctx, errCatchingUp(l.n, l.db, l.shard))
 		}
 		if err := l.servesClients(); err != nil {
-			return nil, err
+			return nil, l.handOff(ctx, err)
 		}
 	}
 	if l.routed && routed > 0 {
@@ -258,12 +258,12 @@ func (l *localReplica) write(ctx context.Context, ops []storage.Op, wc writeConc
 		// waits for the writes inside.
 		if err := l.servesClients(); err != nil {
 			fence.exit(g)
-			return nil, err
+			return nil, l.handOff(ctx, err)
 		}
 		if !l.n.fresh.fresh() {
 			fence.exit(g)
 			l.n.refusedWhileStale(l.db, l.shard)
-			return nil, errCatchingUp(l.n, l.db, l.shard)
+			return nil, l.handOff(ctx, errCatchingUp(l.n, l.db, l.shard))
 		}
 		// Checked inside the fence too: a hand-over waits for the writes
 		// that passed, and answers an etag that covers them.
@@ -277,13 +277,16 @@ func (l *localReplica) write(ctx context.Context, ops []storage.Op, wc writeConc
 		return nil, err
 	}
 	res, err := l.s.Write(ctx, ops)
-	fence.exit(g)
-	if err != nil || wc.Replicas <= 1 {
-		return res, err
-	}
 	var last uint64
 	for _, r := range res {
 		last = max(last, r.Etag)
+	}
+	if err == nil && last > 0 && l.rep != nil {
+		l.rep.Wrote(last) // before the fence lets a hand-off look
+	}
+	fence.exit(g)
+	if err != nil || wc.Replicas <= 1 {
+		return res, err
 	}
 	if last == 0 {
 		return res, nil // nothing changed: nothing to wait for
@@ -295,6 +298,39 @@ func (l *localReplica) write(ctx context.Context, ops []storage.Op, wc writeConc
 			Msg: fmt.Sprintf("the write is durable on node %s but only %d of the %d replicas asked for (waitForReplicas) held it within %v", l.node(), have, wc.Replicas, wc.Timeout)}
 	}
 	return res, nil
+}
+
+// handOffWait bounds how long a replica that refuses a routed write waits
+// for its peers to hold the client writes it took (see handOff).
+const handOffWait = time.Second
+
+// handOff returns err, a refusal after which the router sends the write to
+// the shard's next member, once that member may take it: once every peer
+// not known down holds each client write this replica took, those still
+// committing included. Without this, a replica that lost its confirmation
+// (a raft leader killed) or was found behind while a write of its own was
+// committing refused the next write, and the other member took it before
+// replication brought it that write: both took a write based on the same
+// version, and both were acknowledged, with waitForReplicas=2 too (an
+// explorer: If-Match increments acknowledged twice after leader kills).
+// When the peers do not catch up within handOffWait, the write is refused
+// with ShardPeersBehind, which the router does not pass on.
+func (l *localReplica) handOff(ctx context.Context, err error) error {
+	if l.rep == nil || !l.routed {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, handOffWait)
+	defer cancel()
+	why := "the writes it was committing did not finish"
+	if l.n.replicas.fence(l.db, l.shard).wait(wctx) == nil {
+		behind := l.rep.WaitWrites(wctx, l.n.health.knownDown)
+		if len(behind) == 0 {
+			return err
+		}
+		why = fmt.Sprintf("members %v do not hold every write it took", behind)
+	}
+	return &apiError{Status: http.StatusServiceUnavailable, Type: "ShardPeersBehind",
+		Msg: fmt.Sprintf("shard %d of %q: the replica on node %s stopped taking writes (%v), and within %v %s; the write was not applied: retry shortly", l.shard, l.db, l.node(), err, handOffWait, why)}
 }
 
 func (l *localReplica) query(ctx context.Context, a queryArgs) (queryAnswer, error) {
@@ -1012,13 +1048,14 @@ func (t busTransport) Send(ctx context.Context, peer string, b *replication.Batc
 }
 
 // retryable reports whether a failed shard request surely did not execute,
-// so another replica may be tried.
+// so another replica may be tried. ShardPeersBehind did not execute
+// either, but no other member may take it (see handOff).
 func retryable(err error) bool {
 	if errors.Is(err, errUnreachable) {
 		return true
 	}
 	var ae *apiError
-	return errors.As(err, &ae) && (ae.Type == "ShardNotOnThisNode" || ae.Status == http.StatusServiceUnavailable)
+	return errors.As(err, &ae) && (ae.Type == "ShardNotOnThisNode" || ae.Status == http.StatusServiceUnavailable && ae.Type != "ShardPeersBehind")
 }
 
 // membersByPreference orders a shard's members: nodes not known to be down

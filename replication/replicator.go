@@ -60,6 +60,10 @@ type Replicator struct {
 	acked   chan struct{} // closed and replaced when any peer's ack moves
 	paused  bool
 	closed  bool
+	// wrote is the latest etag of a client write this replica took (see
+	// Wrote): what its peers must hold before another member takes the
+	// shard's writes in its place.
+	wrote uint64
 }
 
 type sender struct {
@@ -193,6 +197,50 @@ func (r *Replicator) Drain(ctx context.Context, etag uint64, skip func(peer stri
 		select {
 		case <-ch:
 		case <-recheck.C:
+		case <-ctx.Done():
+			slices.Sort(behind)
+			return behind
+		}
+	}
+}
+
+// Wrote records that this replica committed a client write at etag. A
+// replica that stops taking the shard's writes (its router then sends
+// them to another member) waits for its peers to hold it (WaitWrites).
+func (r *Replicator) Wrote(etag uint64) {
+	r.mu.Lock()
+	r.wrote = max(r.wrote, etag)
+	r.mu.Unlock()
+}
+
+// WaitWrites waits until every peer, except those skip names (a node known
+// down), acknowledged the latest client write recorded by Wrote; it
+// returns the peers still behind when ctx ends, or none. Unlike Drain it
+// does not pass over a failing or paused link: a peer that may lack a
+// write this replica acknowledged must not take the shard's next writes.
+func (r *Replicator) WaitWrites(ctx context.Context, skip func(peer string) bool) []string {
+	var recheck <-chan time.Time // skip's answers change without an ack
+	for {
+		r.mu.Lock()
+		var behind []string
+		for _, s := range r.senders {
+			if s.acked < r.wrote && !skip(s.peer) {
+				behind = append(behind, s.peer)
+			}
+		}
+		ch := r.acked
+		r.mu.Unlock()
+		if len(behind) == 0 {
+			return nil
+		}
+		if recheck == nil {
+			t := time.NewTicker(100 * time.Millisecond)
+			defer t.Stop()
+			recheck = t.C
+		}
+		select {
+		case <-ch:
+		case <-recheck:
 		case <-ctx.Done():
 			slices.Sort(behind)
 			return behind

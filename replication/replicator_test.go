@@ -369,3 +369,41 @@ func TestOlderPeersGetFormat1(t *testing.T) {
 		}
 	}
 }
+
+// TestWaitWritesWaitsForEveryPeerNotSkipped: WaitWrites returns the peers
+// that lack the latest write recorded by Wrote, a paused link included
+// (unlike Drain), and none once each holds it or is skipped.
+func TestWaitWritesWaitsForEveryPeerNotSkipped(t *testing.T) {
+	ctx := context.Background()
+	tr := &memTransport{stores: map[string]*storage.Store{"A": open(t, "A"), "B": open(t, "B"), "C": open(t, "C")}, down: map[string]bool{}}
+	r := New(tr.stores["A"], "db", 0, tr, nil)
+	defer r.Close()
+	none := func(string) bool { return false }
+	if behind := r.WaitWrites(ctx, none); behind != nil {
+		t.Fatalf("no write recorded yet, peers behind: %v", behind)
+	}
+	r.SetPaused(true)
+	r.SetPeers([]string{"B", "C"})
+	res, err := tr.stores["A"].Write(ctx, []storage.Op{{Kind: storage.OpPut, ID: "x", Body: []byte(`{}`)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Wrote(res[0].Etag)
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if behind := r.WaitWrites(short, none); fmt.Sprint(behind) != "[B C]" {
+		t.Fatalf("paused links: behind %v, want [B C]", behind)
+	}
+	if behind := r.WaitWrites(ctx, func(p string) bool { return p != "A" }); behind != nil {
+		t.Fatalf("every peer skipped: behind %v", behind)
+	}
+	r.SetPaused(false)
+	if behind := r.WaitWrites(ctx, none); behind != nil {
+		t.Fatalf("after the links resumed: behind %v", behind)
+	}
+	for _, p := range []string{"B", "C"} {
+		if tr.stores[p].Stats().DocumentsCount != 1 {
+			t.Errorf("%s does not hold the write WaitWrites waited for", p)
+		}
+	}
+}

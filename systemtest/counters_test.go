@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/shardnode/shardnode/testcluster"
 )
@@ -15,18 +16,25 @@ import (
 // another. Two writes acknowledged with the same value mean two replicas
 // (or shards) took writes on the same version, and one was lost.
 type ifMatchCounters struct {
-	db      string
-	ids     []string
+	db  string
+	ids []string
+	// params are added to each increment's PUT (e.g. "&waitForReplicas=2").
+	params string
+	// retries is how many times a PUT answered 503 (not applied, retry)
+	// is sent again, as is, 200 ms later.
+	retries int
 	mu      sync.Mutex
-	acked   []map[int]int // per counter: value → times acknowledged
-	unknown []int         // per counter: failed or 5xx writes, which may have applied
+	acked   []map[int]int      // per counter: value → times acknowledged
+	how     []map[int][]string // per counter and value: each acknowledgement, for the report
+	unknown []int              // per counter: failed or 5xx writes, which may have applied
 }
 
 // newCounters creates the counters at 0 through url.
 func newCounters(t testing.TB, url, db string, ids []string) *ifMatchCounters {
-	c := &ifMatchCounters{db: db, ids: ids, acked: make([]map[int]int, len(ids)), unknown: make([]int, len(ids))}
+	c := &ifMatchCounters{db: db, ids: ids, acked: make([]map[int]int, len(ids)), how: make([]map[int][]string, len(ids)), unknown: make([]int, len(ids))}
 	for i, id := range ids {
 		c.acked[i] = map[int]int{}
+		c.how[i] = map[int][]string{}
 		testcluster.Must(t, 201, "PUT", url+"/databases/"+db+"/docs?id="+id, `{"N":0}`)
 	}
 	return c
@@ -46,7 +54,13 @@ func (c *ifMatchCounters) increment(t testing.TB, rnd *rand.Rand, node func() st
 	n = int(d["N"].(float64)) + 1
 	cv := d["@metadata"].(map[string]any)["@change-vector"].(string)
 	via = node()
-	r, err = testcluster.Do("PUT", via+base, fmt.Sprintf(`{"N":%d}`, n), "If-Match", cv)
+	sent := time.Now()
+	r, err = testcluster.Do("PUT", via+base+c.params, fmt.Sprintf(`{"N":%d}`, n), "If-Match", cv)
+	for try := 0; try < c.retries && err == nil && r.Status == 503; try++ {
+		time.Sleep(200 * time.Millisecond)
+		via = node()
+		r, err = testcluster.Do("PUT", via+base+c.params, fmt.Sprintf(`{"N":%d}`, n), "If-Match", cv)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch {
@@ -54,6 +68,8 @@ func (c *ifMatchCounters) increment(t testing.TB, rnd *rand.Rand, node func() st
 		c.unknown[k]++
 	case r.Status == 201:
 		c.acked[k][n]++
+		c.how[k][n] = append(c.how[k][n], fmt.Sprintf("sent %s, answered %s through %s, If-Match %s: %s",
+			sent.Format("15:04:05.000"), time.Now().Format("15:04:05.000"), via, cv, r.Body))
 		return k, n, via, true
 	}
 	return k, n, via, false
@@ -71,7 +87,7 @@ func (c *ifMatchCounters) check(t testing.TB, url string) {
 		for v, times := range c.acked[k] {
 			total += times
 			if times > 1 {
-				t.Errorf("%s: N=%d acknowledged %d times: concurrent writes were both accepted", id, v, times)
+				t.Errorf("%s: N=%d acknowledged %d times: concurrent writes were both accepted: %q", id, v, times, c.how[k][v])
 			}
 		}
 		r := testcluster.Must(t, 200, "GET", url+"/databases/"+c.db+"/docs?id="+id, "").JSON(t)
