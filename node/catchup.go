@@ -218,7 +218,7 @@ func (n *Node) peerStats(ctx context.Context, tag, db string, shard int) (replic
 		sctx, cancel := context.WithTimeout(ctx, readAttemptTimeout)
 		st, err := (&remoteReplica{n: n, tag: tag, db: db, shard: shard}).stats(sctx)
 		cancel()
-		if err == nil || !errors.Is(err, errUnreachable) || n.health.knownDown(tag) || time.Since(n.started) >= peerReachWait {
+		if err == nil || !errors.Is(err, errUnreachable) || n.health.knownDown(tag) || n.routesSettled() {
 			return st, err
 		}
 		t := time.NewTimer(100 * time.Millisecond)

@@ -288,7 +288,35 @@ func (n *Node) attempt(ctx context.Context, db string, shard int, tag string, re
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	return fn(ctx, &remoteReplica{n: n, tag: tag, db: db, shard: shard})
+	r := &remoteReplica{n: n, tag: tag, db: db, shard: shard}
+	for {
+		err := fn(ctx, r)
+		if !errors.Is(err, errUnreachable) || n.routesSettled() || n.health.knownDown(tag) {
+			return err
+		}
+		// This node's bus routes may not carry the member's interest yet:
+		// ask it again rather than send the request to the next member,
+		// which would take the shard's writes while the member, reached
+		// by the other routers, takes them too.
+		t := time.NewTimer(100 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
+}
+
+// routesSettled reports whether this node started long enough ago that a
+// request no node answers (no responders) means the node it went to is
+// down. Until then, its embedded bus server's routes to the others may
+// still be connecting, and every node looks unreachable: a restarted node
+// so marked the first member of each shard down and sent its first writes
+// to the second, while the other routers sent theirs to the first, and an
+// If-Match write could be taken by both (see peerReachWait).
+func (n *Node) routesSettled() bool {
+	return time.Since(n.started) >= peerReachWait
 }
 
 // closedAsUnavailable turns a local replica's ErrClosed (it closed while

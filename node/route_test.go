@@ -4,10 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/shardnode/shardnode/bucket"
+	"github.com/shardnode/shardnode/config"
 	"github.com/shardnode/shardnode/storage"
 )
 
@@ -97,5 +100,43 @@ func TestRerouteIsCountedAndTimed(t *testing.T) {
 	got := c.must(200, "GET", "/databases/shop$"+strconv.Itoa(owner)+"/docs?id="+id, "").json(t)
 	if doc := got["Results"].([]any)[0].(map[string]any); doc["v"] != "stale" {
 		t.Fatalf("the rerouted write is not on the owner, shard %d: %v", owner, doc)
+	}
+}
+
+// TestAttemptAsksAnUnreachableMemberAgainWhileRoutesConnect: a node that
+// just started finds members unreachable (no responders) until its bus
+// routes connect; a request then asks the same member again instead of
+// passing on to the next one, which would take the shard's writes while
+// the other routers send them to the first. Once the node has run for
+// peerReachWait, or the member is known down, it passes on at once.
+func TestAttemptAsksAnUnreachableMemberAgainWhileRoutesConnect(t *testing.T) {
+	cfg := config.Default()
+	ctx := context.Background()
+	unreachableTwice := func(calls *int) func(context.Context, shardReplica) error {
+		return func(context.Context, shardReplica) error {
+			if *calls++; *calls <= 2 {
+				return fmt.Errorf("shard.write to node Z: %w", errUnreachable)
+			}
+			return nil
+		}
+	}
+
+	young := &Node{cfg: &cfg, health: newHealth(cfg.Node.Tag), started: time.Now()}
+	calls := 0
+	if err := young.attempt(ctx, "db", 0, "Z", false, 0, unreachableTwice(&calls)); err != nil || calls != 3 {
+		t.Fatalf("just started: %v after %d calls, want success on the third", err, calls)
+	}
+
+	settled := &Node{cfg: &cfg, health: newHealth(cfg.Node.Tag), started: time.Now().Add(-peerReachWait)}
+	calls = 0
+	if err := settled.attempt(ctx, "db", 0, "Z", false, 0, unreachableTwice(&calls)); !errors.Is(err, errUnreachable) || calls != 1 {
+		t.Fatalf("routes settled: %v after %d calls, want unreachable after one", err, calls)
+	}
+
+	young.health.heard("Z", "z1")
+	young.health.markDown("Z")
+	calls = 0
+	if err := young.attempt(ctx, "db", 0, "Z", false, 0, unreachableTwice(&calls)); !errors.Is(err, errUnreachable) || calls != 1 {
+		t.Fatalf("member known down: %v after %d calls, want unreachable after one", err, calls)
 	}
 }

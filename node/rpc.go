@@ -241,7 +241,9 @@ func (n *Node) callRawWith(ctx context.Context, tag, op string, data []byte, ext
 		// No responder is checked first: this request surely ran nowhere,
 		// though another one's finding may have fired the down signal.
 		if errors.Is(err, nats.ErrNoResponders) {
-			n.health.markDown(tag)
+			if n.routesSettled() {
+				n.health.markDown(tag)
+			}
 			return nil, fmt.Errorf("%s to node %s: %w", op, tag, errUnreachable)
 		}
 		select {
