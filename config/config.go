@@ -61,6 +61,13 @@ type ReshardingConfig struct {
 	// sweeps for items in buckets their shard does not own, besides after
 	// every ownership change (resharding.migrator-interval-ms).
 	MigratorIntervalMs int64 `yaml:"migrator-interval-ms" json:"migrator-interval-ms"`
+	// MaxSendBytesPerSec caps the bytes per second this node sends of the
+	// buckets it moves out, over every migration at once, so that a large
+	// move leaves CPU and disk to the foreground load; 0 is no limit
+	// (resharding.max-send-bytes-per-sec). Only a bucket's copy while it
+	// is Moving is held back, never the steps around the ownership flip,
+	// where writes into the bucket wait.
+	MaxSendBytesPerSec int64 `yaml:"max-send-bytes-per-sec" json:"max-send-bytes-per-sec"`
 }
 
 // DebugConfig is the "debug" section.
@@ -216,6 +223,7 @@ func (c *Config) fields() []field {
 		{"log.level", "log-level", &c.Log.Level, "log level: debug, info, warn or error"},
 		{"log.format", "log-format", &c.Log.Format, "log format: text or json"},
 		{"resharding.migrator-interval-ms", "", &c.Resharding.MigratorIntervalMs, "documents migrator sweep interval in milliseconds"},
+		{"resharding.max-send-bytes-per-sec", "", &c.Resharding.MaxSendBytesPerSec, "bytes per second this node sends of the buckets it moves out, all migrations together; 0 is no limit"},
 		{"debug.failpoints", "", &c.Debug.Failpoints, "fault-test pauses: name=duration,... (never in production)"},
 		{"debug.pprof", "pprof", &c.Debug.Pprof, "serve Go's profiler under /debug/pprof/ on the HTTP address"},
 		{"storage.doc-cache-bytes", "", &c.Storage.DocCacheBytes, "memory for documents point reads found, shared by the node's replicas; 0 disables it"},

@@ -522,6 +522,13 @@ func TestWrongTypeRejected(t *testing.T) {
 	}
 	_, err = LoadFrom("", env(map[string]string{"SHARDNODE_HTTP_MAX_BODY_BYTES": "64MB"}), nil)
 	wantKeyError(t, err, "http.max-body-bytes")
+	// A rate of bytes takes a size's units, and is never negative.
+	c, err := LoadFrom("", env(map[string]string{"SHARDNODE_RESHARDING_MAX_SEND_BYTES_PER_SEC": "20MiB"}), nil)
+	if err != nil || c.Resharding.MaxSendBytesPerSec != 20*MiB {
+		t.Errorf("max-send-bytes-per-sec 20MiB: %+v %v", c.Resharding, err)
+	}
+	_, err = LoadFrom("", env(map[string]string{"SHARDNODE_RESHARDING_MAX_SEND_BYTES_PER_SEC": "-1"}), nil)
+	wantKeyError(t, err, "resharding.max-send-bytes-per-sec")
 	// A count is not a size: no unit, and the message says so.
 	for _, v := range []string{"abc", "10KiB"} {
 		_, err = LoadFrom("", env(map[string]string{"SHARDNODE_RESHARDING_MIGRATOR_INTERVAL_MS": v}), nil)
@@ -587,7 +594,7 @@ func TestEnvNameAndKeys(t *testing.T) {
 		t.Fatalf("EnvName = %q", got)
 	}
 	keys := Keys()
-	if len(keys) != 20 || keys[0] != "node.tag" || keys[16] != "debug.failpoints" || keys[17] != "debug.pprof" || keys[18] != "storage.doc-cache-bytes" || keys[19] != "storage.memtable-budget-bytes" {
+	if len(keys) != 21 || keys[0] != "node.tag" || keys[16] != "resharding.max-send-bytes-per-sec" || keys[17] != "debug.failpoints" || keys[18] != "debug.pprof" || keys[19] != "storage.doc-cache-bytes" || keys[20] != "storage.memtable-budget-bytes" {
 		t.Fatalf("Keys = %q", keys)
 	}
 }

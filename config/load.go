@@ -168,7 +168,9 @@ func LoadFrom(file string, lookupEnv func(string) (string, bool), fs *pflag.Flag
 	// Decode every key into the struct, checking its type.
 	for _, f := range fields {
 		raw := v.Get(f.key)
-		if err := assign(f.ptr, raw, strings.HasSuffix(f.key, "-bytes")); err != nil {
+		// Sizes and rates of bytes take KiB, MiB or GiB suffixes.
+		size := strings.HasSuffix(f.key, "-bytes") || strings.HasSuffix(f.key, "-bytes-per-sec")
+		if err := assign(f.ptr, raw, size); err != nil {
 			source := ""
 			switch {
 			case flagSet[f.key] != "":

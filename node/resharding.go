@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"golang.org/x/time/rate"
 
 	"github.com/shardnode/shardnode/raftfsm"
 	"github.com/shardnode/shardnode/resharding"
@@ -40,6 +41,28 @@ func (c reshardCluster) Up(tag string) bool { return c.n.health.up(tag) }
 func (c reshardCluster) Behind(db string, shard int) bool { return c.n.catchUps.isBehind(db, shard) }
 
 func (c reshardCluster) Stopping() bool { return c.n.draining.Load() }
+
+// newSendLimit returns the limiter of resharding.max-send-bytes-per-sec,
+// or nil when there is no limit. Its burst is one second's worth, or a
+// migration batch (4 MiB) if that is more; a larger batch (the document
+// that crossed the bound) waits for a burst.
+func newSendLimit(bytesPerSec int64) *rate.Limiter {
+	if bytesPerSec <= 0 {
+		return nil
+	}
+	return rate.NewLimiter(rate.Limit(bytesPerSec), int(max(bytesPerSec, 4<<20)))
+}
+
+func (c reshardCluster) ThrottleSend(ctx context.Context, bytes int) error {
+	l := c.n.sendLimit
+	if l == nil {
+		return nil
+	}
+	if err := l.WaitN(ctx, min(bytes, l.Burst())); err != nil {
+		return fmt.Errorf("move bandwidth: %w", err)
+	}
+	return nil
+}
 
 func (c reshardCluster) SendBatch(ctx context.Context, b *resharding.Batch) error {
 	rec := c.n.recordOf(b.DB)

@@ -337,7 +337,11 @@ func (a *Agent) send(ctx context.Context, m raftfsm.BucketMigration) error {
 	if rec == nil {
 		return nil
 	}
-	s := &sender{a: a, m: m, dbid: rec.DatabaseID, inflight: make(chan struct{}, maxInflightBatches)}
+	// Only a Moving bucket's sends are throttled: after that, writes into
+	// the bucket wait for them (a sender that starts after the flip sends
+	// the snapshot again before the last pass).
+	s := &sender{a: a, m: m, dbid: rec.DatabaseID, inflight: make(chan struct{}, maxInflightBatches),
+		throttle: m.Status == raftfsm.MigrationMoving}
 	defer s.wg.Wait() // no send outlives the task
 	feed := a.s.LastEtag()
 	err := a.s.IterateBuckets(m.Bucket, m.Bucket, func(d *storage.Document) bool {
@@ -380,6 +384,7 @@ func (a *Agent) send(ctx context.Context, m raftfsm.BucketMigration) error {
 			}
 		}
 		final := status != raftfsm.MigrationMoving && status != raftfsm.MigrationMoved
+		s.throttle = status == raftfsm.MigrationMoving
 		if final {
 			a.c.Failpoint(ctx, "resharding/before-final-pass")
 			// Writes that passed the write guard before this node applied
@@ -470,6 +475,9 @@ type sender struct {
 	size    int
 	version changevector.Vector
 	err     error
+	// throttle makes each batch wait for the node's move bandwidth
+	// (Cluster.ThrottleSend).
+	throttle bool
 
 	inflight chan struct{}
 	wg       sync.WaitGroup
@@ -509,6 +517,11 @@ func (s *sender) flush(ctx context.Context) error {
 	}
 	if len(s.batch) == 0 {
 		return nil
+	}
+	if s.throttle {
+		if err := s.a.c.ThrottleSend(ctx, s.size); err != nil {
+			return err
+		}
 	}
 	b := &Batch{DB: s.a.db, Shard: s.m.DestinationShard, Bucket: s.m.Bucket, MigrationIndex: s.m.MigrationIndex, DatabaseID: s.dbid, Items: s.batch}
 	n, size := int64(len(s.batch)), int64(s.size)

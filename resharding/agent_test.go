@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -19,12 +20,13 @@ type fakeCluster struct {
 	rec       *raftfsm.DatabaseRecord
 	sendDelay time.Duration
 
-	mu       sync.Mutex
-	proposed []raftfsm.Command
+	mu        sync.Mutex
+	proposed  []raftfsm.Command
+	sent      []int // each batch's size, as the sender counts it
+	throttled []int // each ThrottleSend's bytes
 }
 
 func (c *fakeCluster) NodeTag() string                                { return "B" }
-func (c *fakeCluster) Record(string) *raftfsm.DatabaseRecord          { return c.rec }
 func (c *fakeCluster) Watch() (<-chan uint64, func())                 { return make(chan uint64), func() {} }
 func (c *fakeCluster) IsLeader() bool                                 { return false }
 func (c *fakeCluster) Up(string) bool                                 { return true }
@@ -51,7 +53,27 @@ func (c *fakeCluster) Propose(_ context.Context, cmd raftfsm.Command) error {
 	return nil
 }
 
-func (c *fakeCluster) SendBatch(ctx context.Context, _ *Batch) error {
+func (c *fakeCluster) Record(string) *raftfsm.DatabaseRecord {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.rec
+}
+
+func (c *fakeCluster) ThrottleSend(_ context.Context, bytes int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.throttled = append(c.throttled, bytes)
+	return nil
+}
+
+func (c *fakeCluster) SendBatch(ctx context.Context, b *Batch) error {
+	size := 0
+	for _, it := range b.Items {
+		size += len(it.Body) + len(it.ID) + len(it.ChangeVector) + 64
+	}
+	c.mu.Lock()
+	c.sent = append(c.sent, size)
+	c.mu.Unlock()
 	select {
 	case <-time.After(c.sendDelay):
 		return nil
@@ -103,5 +125,99 @@ func TestReplacingSenderCountsOnlyItsLastPass(t *testing.T) {
 	}
 	if p.Documents != 0 {
 		t.Fatalf("the replacing sender's last pass counts %d documents, want 0 (its snapshot re-sent the %d the migration counted)", p.Documents, docs)
+	}
+	// Writes into the bucket wait for this snapshot and the last pass:
+	// the node's move bandwidth must not hold them back.
+	if len(c.throttled) != 0 {
+		t.Fatalf("a sender after the flip waited for the move bandwidth %d times, want never", len(c.throttled))
+	}
+}
+
+// TestMovingBucketsBatchesWaitForTheMoveBandwidth: while the bucket is
+// Moving, every batch, of the snapshot and of the tail, first waits for
+// the node's move bandwidth for its size.
+func TestMovingBucketsBatchesWaitForTheMoveBandwidth(t *testing.T) {
+	st, err := storage.Open(storage.Options{Dir: t.TempDir(), NodeTag: "B"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var ops []storage.Op
+	for i := 0; i < 3*batchItems+10; i++ {
+		ops = append(ops, storage.Op{Kind: storage.OpPut, ID: fmt.Sprintf("orders/%d$tenants/7", i), Collection: "Orders", Body: fmt.Appendf(nil, `{"n":%d}`, i)})
+	}
+	if _, err := st.Write(context.Background(), ops); err != nil {
+		t.Fatal(err)
+	}
+	b := bucket.ForID("tenants/7")
+	m := raftfsm.BucketMigration{Bucket: b, SourceShard: 0, DestinationShard: 1, Status: raftfsm.MigrationMoving, MigrationIndex: 7}
+	rec := &raftfsm.DatabaseRecord{DatabaseName: "db", DatabaseID: "dbid"}
+	rec.Sharding.BucketMigrations = map[uint32]*raftfsm.BucketMigration{b: &m}
+	c := &fakeCluster{rec: rec}
+	a := &Agent{c: c, db: "db", shard: 0, s: st, logger: slog.New(slog.DiscardHandler)}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.send(ctx, m) }()
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			c.mu.Lock()
+			ok := cond()
+			c.mu.Unlock()
+			if ok {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("waiting for %s", what)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	waitFor("the bucket reported sent", func() bool { return len(c.proposed) > 0 })
+	// A later write goes in a tail pass, while the bucket is still Moving.
+	if _, err := st.Write(context.Background(), []storage.Op{{Kind: storage.OpPut, ID: "late$tenants/7", Collection: "Orders", Body: []byte(`{}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("the tail's batch", func() bool { return len(c.sent) == 5 })
+	// The flip: writes into the bucket now wait for the last pass, which
+	// must not wait for the bandwidth.
+	flipped := m
+	flipped.Status = raftfsm.MigrationOwnershipTransferred
+	after := *rec
+	after.Sharding.BucketMigrations = map[uint32]*raftfsm.BucketMigration{b: &flipped}
+	c.mu.Lock()
+	c.rec = &after
+	c.mu.Unlock()
+	if _, err := st.Write(context.Background(), []storage.Op{{Kind: storage.OpPut, ID: "later$tenants/7", Collection: "Orders", Body: []byte(`{}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("send: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the sender made no last pass")
+	}
+	cancel()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.proposed) != 2 {
+		t.Fatalf("proposed %v, want the bucket sent, then its last pass", c.proposed)
+	}
+	if _, ok := c.proposed[1].(*raftfsm.SourceMigrationFinalPass); !ok {
+		t.Fatalf("proposed %T, want the last pass", c.proposed[1])
+	}
+	if len(c.sent) != 6 {
+		t.Fatalf("%d batches sent, want the snapshot's four, the tail's and the last pass", len(c.sent))
+	}
+	// Batches go out concurrently: compare the sizes in order.
+	moving := slices.Clone(c.sent[:5])
+	slices.Sort(moving)
+	slices.Sort(c.throttled)
+	if !slices.Equal(c.throttled, moving) {
+		t.Fatalf("batches of %v bytes sent while Moving and %d after the flip, %v waited for: each of the first must wait for its size, the last pass never", moving, c.sent[5], c.throttled)
 	}
 }

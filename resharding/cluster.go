@@ -39,6 +39,11 @@ type Cluster interface {
 	// both ways keeps one (same version). Each destination replica thus
 	// confirms from its own commits, without waiting for replication.
 	SendBatch(ctx context.Context, b *Batch) error
+	// ThrottleSend returns once this node's move bandwidth
+	// (resharding.max-send-bytes-per-sec, shared by every migration it
+	// sends) allows a batch of bytes more, at once when it is unlimited,
+	// or with ctx's error.
+	ThrottleSend(ctx context.Context, bytes int) error
 	// WaitAllApplied returns once every reachable node applied index.
 	WaitAllApplied(ctx context.Context, index uint64) error
 	// NotePurge is called before a source replica purges a moved bucket:

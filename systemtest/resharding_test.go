@@ -116,6 +116,47 @@ func TestMoveOneBucket(t *testing.T) {
 	}
 }
 
+// TestMoveIsPacedByTheSendLimit moves a bucket of 12 MiB out of a node
+// whose resharding.max-send-bytes-per-sec is 4 MiB/s: the move completes
+// with every document on the destination, and it cannot have taken less
+// than what the limit allows past its burst (4 MiB).
+func TestMoveIsPacedByTheSendLimit(t *testing.T) {
+	const rate, burst = 4 << 20, 4 << 20
+	c := testcluster.Start(t, testcluster.Options{Nodes: 1, MaxSendBytesPerSec: rate})
+	A := c.URL(0)
+	testcluster.Must(t, 201, "PUT", A+"/admin/databases/db", `{"Shards":2,"ReplicationFactor":1}`)
+	pad := strings.Repeat("p", 256<<10)
+	const docs = 48 // of 256 KiB: 12 MiB
+	for i := 0; i < docs; i += 8 {
+		var cmds []string
+		for j := i; j < i+8; j++ {
+			cmds = append(cmds, fmt.Sprintf(`{"Type":"PUT","Id":"blobs/%d$tenants/9","Document":{"N":%d,"Pad":"%s"}}`, j, j, pad))
+		}
+		testcluster.Must(t, 201, "POST", A+"/databases/db/bulk_docs", `{"Commands":[`+join(cmds)+`]}`)
+	}
+	b, src := bucketOf(t, A, "db", "tenants/9")
+	id := startReshard(t, A, "db", b, b, 1-src)
+	op := waitOperation(t, A, "db", id, 60*time.Second)
+	moved := op["BytesMoved"].(float64)
+	if op["DocumentsMoved"] != float64(docs) || moved < docs*256<<10 {
+		t.Fatalf("operation %v", op)
+	}
+	started, err1 := time.Parse(time.RFC3339Nano, op["StartedAt"].(string))
+	ended, err2 := time.Parse(time.RFC3339Nano, op["EndedAt"].(string))
+	if err1 != nil || err2 != nil {
+		t.Fatalf("operation times %v %v: %v %v", op["StartedAt"], op["EndedAt"], err1, err2)
+	}
+	least := time.Duration((moved - burst) / rate * float64(time.Second))
+	if took := ended.Sub(started); took < least {
+		t.Fatalf("%.0f bytes moved in %v at %d bytes/s: the limit allows no less than %v", moved, took, rate, least)
+	}
+	r := testcluster.Must(t, 200, "GET", fmt.Sprintf("%s/databases/db$%d/buckets/%d", A, 1-src, b), "").JSON(t)
+	if r["DocumentsCount"] != float64(docs) {
+		t.Fatalf("destination holds %v documents of the bucket, want %d", r["DocumentsCount"], docs)
+	}
+	t.Logf("%.1f MiB moved in %v", moved/(1<<20), ended.Sub(started))
+}
+
 func join(parts []string) string { return strings.Join(parts, ",") }
 
 // TestWritersDuringBackAndForthMoves: 100 concurrent writers of anchored

@@ -45,6 +45,9 @@ type Options struct {
 	Failpoints string
 	// MigratorInterval is resharding.migrator-interval-ms (0: default).
 	MigratorIntervalMs int64
+	// MaxSendBytesPerSec is resharding.max-send-bytes-per-sec (0: no
+	// limit).
+	MaxSendBytesPerSec int64
 }
 
 // Cluster is a running test cluster.
@@ -125,6 +128,7 @@ func (m *Member) config() config.Config {
 	if m.c.opts.MigratorIntervalMs > 0 {
 		cfg.Resharding.MigratorIntervalMs = m.c.opts.MigratorIntervalMs
 	}
+	cfg.Resharding.MaxSendBytesPerSec = m.c.opts.MaxSendBytesPerSec
 	if m != m.c.Members[0] {
 		cfg.Raft.Bootstrap = false
 		cfg.Raft.Join = m.c.Members[0].URL()
