@@ -31,6 +31,8 @@ func (n *Node) routes() http.Handler {
 	mux.HandleFunc("POST /internal/raft/read-index", n.handleReadIndex)
 	mux.HandleFunc("POST /internal/raft/commit-index", n.handleCommitIndex)
 	mux.HandleFunc("POST /admin/raft/snapshot", n.handleRaftSnapshot)
+	mux.HandleFunc("GET /admin/resharding/send-limit", n.handleGetSendLimit)
+	mux.HandleFunc("PUT /admin/resharding/send-limit", n.handlePutSendLimit)
 	mux.HandleFunc("GET /databases/{db}/conflicts", n.handleConflicts)
 	mux.HandleFunc("POST /databases/{db}/resharding", n.handleStartResharding)
 	mux.HandleFunc("GET /databases/{db}/resharding", n.handleListResharding)

@@ -19,7 +19,6 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/hashicorp/raft"
-	"golang.org/x/time/rate"
 
 	"github.com/shardnode/shardnode/config"
 	"github.com/shardnode/shardnode/raftfsm"
@@ -54,9 +53,8 @@ type Node struct {
 	// request, the size of its documents, was most of what a point GET
 	// allocated.
 	answers sync.Pool
-	// sendLimit paces the batches of the buckets this node moves out
-	// (resharding.max-send-bytes-per-sec); nil: no limit.
-	sendLimit *rate.Limiter
+	// sendLimit paces the batches of the buckets this node moves out.
+	sendLimit *sendLimiter
 	// reroutes measures the pause moves cause: writes refused after a
 	// flip and sent on to the new owner.
 	reroutes *reroutes
@@ -142,8 +140,8 @@ func Start(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Nod
 	if err := checkNodeTag(cfg.Node.DataDir, cfg.Node.Tag); err != nil {
 		return nil, err
 	}
-	n.sendLimit = newSendLimit(cfg.Resharding.MaxSendBytesPerSec)
-	if n.sendLimit != nil {
+	n.sendLimit = newSendLimiter(cfg.Resharding.MaxSendBytesPerSec)
+	if cfg.Resharding.MaxSendBytesPerSec > 0 {
 		logger.Info("buckets moved out are sent at a limited rate", "resharding.max-send-bytes-per-sec", cfg.Resharding.MaxSendBytesPerSec)
 	}
 	n.cache = pebble.NewCache(256 << 20)

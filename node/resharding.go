@@ -42,26 +42,104 @@ func (c reshardCluster) Behind(db string, shard int) bool { return c.n.catchUps.
 
 func (c reshardCluster) Stopping() bool { return c.n.draining.Load() }
 
-// newSendLimit returns the limiter of resharding.max-send-bytes-per-sec,
-// or nil when there is no limit. Its burst is one second's worth, or a
+// sendLimiter paces the batches of the buckets this node moves out:
+// resharding.max-send-bytes-per-sec at start, changed at run time through
+// PUT /admin/resharding/send-limit. Its burst is one second's worth, or a
 // migration batch (4 MiB) if that is more; a larger batch (the document
-// that crossed the bound) waits for a burst.
-func newSendLimit(bytesPerSec int64) *rate.Limiter {
-	if bytesPerSec <= 0 {
-		return nil
-	}
-	return rate.NewLimiter(rate.Limit(bytesPerSec), int(max(bytesPerSec, 4<<20)))
+// that crossed the bound) waits for a whole burst.
+type sendLimiter struct {
+	l *rate.Limiter
+
+	mu  sync.Mutex
+	bps int64 // 0: no limit
 }
 
-func (c reshardCluster) ThrottleSend(ctx context.Context, bytes int) error {
-	l := c.n.sendLimit
-	if l == nil {
-		return nil
+func newSendLimiter(bytesPerSec int64) *sendLimiter {
+	s := &sendLimiter{l: rate.NewLimiter(rate.Inf, 4<<20)}
+	s.set(bytesPerSec)
+	return s
+}
+
+// set changes the limit (0: none); batches already waiting wait by the
+// new one.
+func (s *sendLimiter) set(bytesPerSec int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.bps = max(bytesPerSec, 0)
+	if s.bps == 0 {
+		s.l.SetLimit(rate.Inf)
+		return
 	}
-	if err := l.WaitN(ctx, min(bytes, l.Burst())); err != nil {
+	s.l.SetBurst(int(max(s.bps, 4<<20)))
+	s.l.SetLimit(rate.Limit(s.bps))
+}
+
+// limit is the current limit in bytes per second, 0 for none.
+func (s *sendLimiter) limit() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.bps
+}
+
+// wait returns once a batch of bytes may go, or with ctx's error.
+func (s *sendLimiter) wait(ctx context.Context, bytes int) error {
+	n := min(bytes, s.l.Burst())
+	err := s.l.WaitN(ctx, n)
+	if err != nil && ctx.Err() == nil {
+		if m := min(bytes, s.l.Burst()); m < n {
+			err = s.l.WaitN(ctx, m) // the burst shrank meanwhile
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("move bandwidth: %w", err)
 	}
 	return nil
+}
+
+func (c reshardCluster) ThrottleSend(ctx context.Context, bytes int) error {
+	return c.n.sendLimit.wait(ctx, bytes)
+}
+
+// sendLimitBody is the body of GET and PUT /admin/resharding/send-limit.
+type sendLimitBody struct {
+	Node           string `json:"Node,omitempty"`
+	BytesPerSecond *int64 `json:"BytesPerSecond"`
+}
+
+// handleGetSendLimit answers this node's move bandwidth.
+func (n *Node) handleGetSendLimit(w http.ResponseWriter, _ *http.Request) {
+	v := n.sendLimit.limit()
+	writeJSON(w, http.StatusOK, sendLimitBody{Node: n.cfg.Node.Tag, BytesPerSecond: &v})
+}
+
+// handlePutSendLimit changes this node's move bandwidth until it stops
+// (the config key sets it at start).
+func (n *Node) handlePutSendLimit(w http.ResponseWriter, r *http.Request) {
+	body, err := readBody(r, 4<<10)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var req sendLimitBody
+	if err := decodeJSON(body, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	switch {
+	case req.BytesPerSecond == nil:
+		writeError(w, badRequest(`"BytesPerSecond" is missing (0 removes the limit)`))
+		return
+	case *req.BytesPerSecond < 0:
+		writeError(w, badRequest(`"BytesPerSecond" is %d: it must be 0 (no limit) or positive`, *req.BytesPerSecond))
+		return
+	case req.Node != "" && req.Node != n.cfg.Node.Tag:
+		writeError(w, badRequest(`"Node" is %q, but this is node %s: the limit is each node's own, set it on that node`, req.Node, n.cfg.Node.Tag))
+		return
+	}
+	old := n.sendLimit.limit()
+	n.sendLimit.set(*req.BytesPerSecond)
+	n.logger.Info("move bandwidth changed", "bytes_per_sec", *req.BytesPerSecond, "was", old)
+	n.handleGetSendLimit(w, r)
 }
 
 func (c reshardCluster) SendBatch(ctx context.Context, b *resharding.Batch) error {

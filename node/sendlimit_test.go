@@ -1,0 +1,79 @@
+package node
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shardnode/shardnode/config"
+)
+
+// TestSendLimitChangesAtRunTime: the move bandwidth a node starts with
+// (resharding.max-send-bytes-per-sec) is what GET /admin/resharding/
+// send-limit answers; a PUT changes it for the batches that wait from then
+// on, 0 removes it, and a bad request is a 400 that changes nothing.
+func TestSendLimitChangesAtRunTime(t *testing.T) {
+	n := testNode(t, t.TempDir(), func(c *config.Config) { c.Resharding.MaxSendBytesPerSec = 1 << 20 })
+	c := client{t, n.HTTPURL()}
+	limit := func() float64 {
+		t.Helper()
+		r := c.do("GET", "/admin/resharding/send-limit", "")
+		if r.Status != 200 {
+			t.Fatalf("GET send-limit: %d %s", r.Status, r.Body)
+		}
+		m := r.json(t)
+		if m["Node"] != "A" {
+			t.Fatalf("send-limit of node %v, want A", m["Node"])
+		}
+		return m["BytesPerSecond"].(float64)
+	}
+	if got := limit(); got != 1<<20 {
+		t.Fatalf("limit %v at start, want the configured %d", got, 1<<20)
+	}
+	// paced reports whether three 4 MiB batches in a row must wait for the
+	// limit: at most one burst (4 MiB) goes at once, the rest would take
+	// longer than the 100 ms each wait is given.
+	paced := func() bool {
+		t.Helper()
+		waited := false
+		for range 3 {
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			err := n.sendLimit.wait(ctx, 4<<20)
+			cancel()
+			waited = waited || err != nil
+		}
+		return waited
+	}
+	if !paced() {
+		t.Fatal("batches went at once under a 1 MiB/s limit")
+	}
+	if r := c.do("PUT", "/admin/resharding/send-limit", `{"BytesPerSecond": 0}`); r.Status != 200 || limit() != 0 {
+		t.Fatalf("PUT 0: %d %s", r.Status, r.Body)
+	}
+	if paced() {
+		t.Fatal("a batch waited with no limit")
+	}
+	if r := c.do("PUT", "/admin/resharding/send-limit", `{"Node": "A", "BytesPerSecond": 2097152}`); r.Status != 200 || r.json(t)["BytesPerSecond"] != float64(2<<20) {
+		t.Fatalf("PUT 2 MiB/s: %d %s", r.Status, r.Body)
+	}
+	if !paced() {
+		t.Fatal("batches went at once under a 2 MiB/s limit set at run time")
+	}
+	for _, bad := range []struct{ body, says string }{
+		{`{}`, "BytesPerSecond"},
+		{`{"BytesPerSecond": -5}`, "positive"},
+		{`{"BytesPerSecond": "fast"}`, "malformed"},
+		{`{"BytesPerSecond": 1, "Rate": 2}`, "malformed"},
+		{`{"Node": "B", "BytesPerSecond": 1}`, "node A"},
+		{`not json`, "malformed"},
+	} {
+		r := c.do("PUT", "/admin/resharding/send-limit", bad.body)
+		if r.Status != 400 || !strings.Contains(string(r.Body), bad.says) || r.json(t)["Type"] == nil {
+			t.Fatalf("PUT %s: %d %s, want a 400 that says %q", bad.body, r.Status, r.Body, bad.says)
+		}
+	}
+	if got := limit(); got != 2<<20 {
+		t.Fatalf("limit %v after refused requests, want 2 MiB/s still", got)
+	}
+}
