@@ -50,28 +50,32 @@ func (c reshardCluster) Stopping() bool { return c.n.draining.Load() }
 type sendLimiter struct {
 	l *rate.Limiter
 
-	mu  sync.Mutex
-	bps int64 // 0: no limit
+	mu      sync.Mutex
+	bps     int64         // 0: no limit
+	changed chan struct{} // closed and replaced when the limit changes
 }
 
 func newSendLimiter(bytesPerSec int64) *sendLimiter {
-	s := &sendLimiter{l: rate.NewLimiter(rate.Inf, 4<<20)}
+	s := &sendLimiter{l: rate.NewLimiter(rate.Inf, 4<<20), changed: make(chan struct{})}
 	s.set(bytesPerSec)
 	return s
 }
 
-// set changes the limit (0: none); batches already waiting wait by the
-// new one.
+// set changes the limit (0: none). Batches already waiting wait again by
+// the new one: an operator who raises a limit set too low does not wait
+// out what the old one asked.
 func (s *sendLimiter) set(bytesPerSec int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.bps = max(bytesPerSec, 0)
 	if s.bps == 0 {
 		s.l.SetLimit(rate.Inf)
-		return
+	} else {
+		s.l.SetBurst(int(max(s.bps, 4<<20)))
+		s.l.SetLimit(rate.Limit(s.bps))
 	}
-	s.l.SetBurst(int(max(s.bps, 4<<20)))
-	s.l.SetLimit(rate.Limit(s.bps))
+	close(s.changed)
+	s.changed = make(chan struct{})
 }
 
 // limit is the current limit in bytes per second, 0 for none.
@@ -83,17 +87,31 @@ func (s *sendLimiter) limit() int64 {
 
 // wait returns once a batch of bytes may go, or with ctx's error.
 func (s *sendLimiter) wait(ctx context.Context, bytes int) error {
-	n := min(bytes, s.l.Burst())
-	err := s.l.WaitN(ctx, n)
-	if err != nil && ctx.Err() == nil {
-		if m := min(bytes, s.l.Burst()); m < n {
-			err = s.l.WaitN(ctx, m) // the burst shrank meanwhile
+	for {
+		s.mu.Lock()
+		changed := s.changed
+		s.mu.Unlock()
+		r := s.l.ReserveN(time.Now(), min(bytes, s.l.Burst()))
+		if !r.OK() {
+			continue // the burst shrank since it was read: read it again
+		}
+		d := r.Delay()
+		if d == 0 {
+			return nil
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+			return nil
+		case <-changed:
+			t.Stop()
+			r.Cancel() // give the bytes back, and wait by the new limit
+		case <-ctx.Done():
+			t.Stop()
+			r.Cancel()
+			return fmt.Errorf("move bandwidth: %w", ctx.Err())
 		}
 	}
-	if err != nil {
-		return fmt.Errorf("move bandwidth: %w", err)
-	}
-	return nil
 }
 
 func (c reshardCluster) ThrottleSend(ctx context.Context, bytes int) error {

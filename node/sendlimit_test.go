@@ -60,6 +60,27 @@ func TestSendLimitChangesAtRunTime(t *testing.T) {
 	if !paced() {
 		t.Fatal("batches went at once under a 2 MiB/s limit set at run time")
 	}
+	// A batch waiting by a limit set too low goes by the new one as soon
+	// as it is raised: at 64 KiB/s, 4 MiB more would wait a minute.
+	c.do("PUT", "/admin/resharding/send-limit", `{"BytesPerSecond": 65536}`)
+	n.sendLimit.l.ReserveN(time.Now(), 4<<20) // take what the burst holds
+	waited := make(chan error, 1)
+	go func() { waited <- n.sendLimit.wait(context.Background(), 4<<20) }()
+	select {
+	case err := <-waited:
+		t.Fatalf("a 4 MiB batch went at once at 64 KiB/s (%v)", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	c.do("PUT", "/admin/resharding/send-limit", `{"BytesPerSecond": 0}`)
+	select {
+	case err := <-waited:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a waiting batch still waits by the old limit")
+	}
+	c.do("PUT", "/admin/resharding/send-limit", `{"BytesPerSecond": 2097152}`)
 	for _, bad := range []struct{ body, says string }{
 		{`{}`, "BytesPerSecond"},
 		{`{"BytesPerSecond": -5}`, "positive"},
