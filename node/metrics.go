@@ -307,6 +307,8 @@ var (
 	descRerouted       = prometheus.NewDesc("shardnode_writes_rerouted", "Client writes this node routed that a shard refused after an ownership flip, then sent to the new owner, and the delay the refusal added (quantiles over the latest 4096).", []string{"db"}, nil)
 	descDocCacheBytes  = prometheus.NewDesc("shardnode_doc_cache_bytes", "Bytes the node's document cache holds.", nil, nil)
 	descDocCacheBudget = prometheus.NewDesc("shardnode_doc_cache_budget_bytes", "The document cache's budget.", nil, nil)
+	descSendLimit      = prometheus.NewDesc("shardnode_resharding_send_limit_bytes_per_second", "The move bandwidth: bytes per second this node sends of the buckets it moves out (0: no limit).", nil, nil)
+	descSendWait       = prometheus.NewDesc("shardnode_resharding_send_wait_seconds_total", "Time the batches of buckets this node moves out waited for the move bandwidth.", nil, nil)
 )
 
 // Describe sends nothing: the collector is unchecked, as its label values
@@ -323,6 +325,10 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
 	}
 	gauge(descReady, b2f(n.ready.Load()))
+	if n.sendLimit != nil {
+		gauge(descSendLimit, float64(n.sendLimit.limit()))
+		counter(descSendWait, time.Duration(n.sendLimit.waited.Load()).Seconds())
+	}
 	gauge(descCurrent, b2f(n.fresh.fresh()))
 	if n.raft != nil {
 		state := n.raft.r.State()

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -53,6 +54,8 @@ type sendLimiter struct {
 	mu      sync.Mutex
 	bps     int64         // 0: no limit
 	changed chan struct{} // closed and replaced when the limit changes
+
+	waited atomic.Int64 // nanoseconds batches waited, for /metrics
 }
 
 func newSendLimiter(bytesPerSec int64) *sendLimiter {
@@ -87,6 +90,8 @@ func (s *sendLimiter) limit() int64 {
 
 // wait returns once a batch of bytes may go, or with ctx's error.
 func (s *sendLimiter) wait(ctx context.Context, bytes int) error {
+	start := time.Now()
+	defer func() { s.waited.Add(int64(time.Since(start))) }()
 	for {
 		s.mu.Lock()
 		changed := s.changed

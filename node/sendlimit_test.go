@@ -97,4 +97,21 @@ func TestSendLimitChangesAtRunTime(t *testing.T) {
 	if got := limit(); got != 2<<20 {
 		t.Fatalf("limit %v after refused requests, want 2 MiB/s still", got)
 	}
+	// /metrics shows the limit and the time batches waited for it.
+	m := string(c.do("GET", "/metrics", "").Body)
+	if !strings.Contains(m, "shardnode_resharding_send_limit_bytes_per_second 2.097152e+06") || strings.Contains(m, "shardnode_resharding_send_wait_seconds_total 0\n") ||
+		!strings.Contains(m, "shardnode_resharding_send_wait_seconds_total ") {
+		t.Fatalf("metrics lack the move bandwidth or its waits:\n%s", grepLines(m, "send_"))
+	}
+}
+
+// grepLines returns the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
