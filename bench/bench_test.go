@@ -29,6 +29,8 @@ func expectedRows() [][2]string {
 		{"reshard-bulk-transfer", "shardnode"}, {"reshard-bulk-transfer", "shardnode-rf1"}, {"reshard-bulk-transfer", "pebble"},
 		{"reshard-foreground", "shardnode"}, {"reshard-foreground", "no-move"},
 		{"reshard-foreground-open-loop", "shardnode"}, {"reshard-foreground-open-loop", "no-move"},
+		{"reshard-bulk-foreground", "shardnode"}, {"reshard-bulk-foreground", "no-move"},
+		{"reshard-bulk-foreground-paced", "shardnode"}, {"reshard-bulk-foreground-paced", "no-move"},
 	}
 }
 
@@ -90,7 +92,8 @@ func TestQuickRunProducesEveryRow(t *testing.T) {
 	if row, _ := rep.Row("reshard-bulk-transfer", "shardnode"); row.MBPerSec <= 0 {
 		t.Errorf("reshard-bulk-transfer/shardnode row without MB/s: %+v", row)
 	}
-	for _, b := range [][2]string{{"reshard-bulk-transfer", "pebble"}, {"reshard-foreground", "no-move"}, {"reshard-foreground-open-loop", "no-move"}} {
+	for _, b := range [][2]string{{"reshard-bulk-transfer", "pebble"}, {"reshard-foreground", "no-move"}, {"reshard-foreground-open-loop", "no-move"},
+		{"reshard-bulk-foreground", "no-move"}, {"reshard-bulk-foreground-paced", "no-move"}} {
 		if row, _ := rep.Row(b[0], b[1]); row.VsOps <= 0 {
 			t.Errorf("%s/%s row without a ratio: %+v", b[0], b[1], row)
 		}

@@ -25,13 +25,13 @@ const (
 
 // AllWorkloads lists every workload name in run order. "ycsb" in
 // Options.Workloads stands for the six YCSB workloads, "reshard" for the
-// three resharding workloads and "all" for everything.
+// four resharding workloads and "all" for everything.
 func AllWorkloads() []string {
 	return []string{
 		WorkloadRSS, WorkloadBulk, WorkloadPut, WorkloadGet,
 		WorkloadYCSBC, WorkloadYCSBB, WorkloadYCSBA, WorkloadYCSBF, WorkloadYCSBD, WorkloadYCSBE,
 		WorkloadNATS,
-		WorkloadReshardSmall, WorkloadReshardBulk, WorkloadReshardForeground,
+		WorkloadReshardSmall, WorkloadReshardBulk, WorkloadReshardForeground, WorkloadReshardBulkForeground,
 	}
 }
 
@@ -96,8 +96,12 @@ type Options struct {
 	// ReshardForegroundSeconds is how long reshard-foreground measures its
 	// load without a move.
 	ReshardForegroundSeconds float64
-	// ReshardClients is the number of reshard-foreground's writers.
+	// ReshardClients is the number of reshard-foreground's and
+	// reshard-bulk-foreground's writers.
 	ReshardClients int
+	// ReshardSendLimit is the move bandwidth (bytes per second) of
+	// reshard-bulk-foreground's paced move.
+	ReshardSendLimit int64
 	// Progress receives one line per finished measurement; nil discards.
 	Progress io.Writer `json:"-"`
 	// Logger receives the in-process node's log; nil discards.
@@ -109,11 +113,13 @@ type Options struct {
 func (o Options) Defaults() Options {
 	d := Options{Clients: 64, Records: 100_000, Ops: 50_000, Rounds: 3, ScanRecords: 1_000, ScanOps: 300,
 		BulkDocs: 100_000, BatchSize: 1000, Senders: 4, NATSMessages: 500_000, Shards: 3,
-		ReshardBuckets: 1000, ReshardBulkMB: 200, ReshardForegroundBuckets: 200, ReshardForegroundSeconds: 10, ReshardClients: 16}
+		ReshardBuckets: 1000, ReshardBulkMB: 200, ReshardForegroundBuckets: 200, ReshardForegroundSeconds: 10, ReshardClients: 16,
+		ReshardSendLimit: 20 << 20}
 	if o.Quick {
 		d = Options{Clients: 64, Records: 2_000, Ops: 2_000, Rounds: 1, ScanRecords: 500, ScanOps: 60,
 			BulkDocs: 4_000, BatchSize: 500, Senders: 4, NATSMessages: 20_000, RSSDocs: 2_000, Shards: 3,
-			ReshardBuckets: 20, ReshardBulkMB: 2, ReshardForegroundBuckets: 10, ReshardForegroundSeconds: 1, ReshardClients: 16}
+			ReshardBuckets: 20, ReshardBulkMB: 2, ReshardForegroundBuckets: 10, ReshardForegroundSeconds: 1, ReshardClients: 16,
+			ReshardSendLimit: 1 << 20}
 	}
 	set := func(v *int64, def int64) {
 		if *v == 0 {
@@ -144,6 +150,7 @@ func (o Options) Defaults() Options {
 		o.ReshardForegroundSeconds = d.ReshardForegroundSeconds
 	}
 	seti(&o.ReshardClients, d.ReshardClients)
+	set(&o.ReshardSendLimit, d.ReshardSendLimit)
 	if len(o.Workloads) == 0 {
 		o.Workloads = []string{"all"}
 	}
@@ -162,6 +169,7 @@ func (o Options) validate() (map[string]bool, error) {
 		{"shards", int64(o.Shards)},
 		{"reshard-buckets", o.ReshardBuckets}, {"reshard-bulk-mb", o.ReshardBulkMB},
 		{"reshard-foreground-buckets", o.ReshardForegroundBuckets}, {"reshard-clients", int64(o.ReshardClients)},
+		{"reshard-send-limit", o.ReshardSendLimit},
 	} {
 		if c.v <= 0 {
 			return nil, fmt.Errorf("%s must be positive, got %d", c.name, c.v)

@@ -75,8 +75,8 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 			o.Clients, o.Records, o.Ops, o.Rounds, o.ScanRecords, o.ScanOps, o.BulkDocs, o.BatchSize, o.Senders, o.NATSMessages, o.RSSDocs, o.Shards)
 	}
 	if slices.ContainsFunc(r.Rows, func(row Row) bool { return isReshard(row.Workload) }) {
-		fmt.Fprintf(&b, "Resharding (one move per workload, each on its own in-process %d-node cluster, databases of %d shards with replication factor %d; measured once, --rounds does not apply): %d small buckets; a bulk bucket of %d MB (moved again in a database of replication factor 1, row shardnode-rf1); %d buckets under %d writers, %.0f s without a move.\n\n",
-			reshardNodes, reshardShards, reshardRF, o.ReshardBuckets, o.ReshardBulkMB, o.ReshardForegroundBuckets, o.ReshardClients, o.ReshardForegroundSeconds)
+		fmt.Fprintf(&b, "Resharding (one move per workload, each on its own in-process %d-node cluster, databases of %d shards with replication factor %d; measured once, --rounds does not apply): %d small buckets; a bulk bucket of %d MB (moved again in a database of replication factor 1, row shardnode-rf1); %d buckets under %d writers, %.0f s without a move; the bulk bucket under the same writers, unpaced, then paced at %.1f MiB/s.\n\n",
+			reshardNodes, reshardShards, reshardRF, o.ReshardBuckets, o.ReshardBulkMB, o.ReshardForegroundBuckets, o.ReshardClients, o.ReshardForegroundSeconds, float64(o.ReshardSendLimit)/(1<<20))
 	}
 	b.WriteString("Throughput is the median over rounds; p50 and p99 are over every operation of every round. `sn/base ops` is shardnode's throughput divided by the baseline's on the same workload, the median of the per-round ratios (higher is better for shardnode); `sn/base p99` divides the p99s (lower is better).\n\n")
 	b.WriteString("| " + strings.Join(columns(), " | ") + " |\n")

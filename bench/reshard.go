@@ -26,6 +26,12 @@ const (
 	WorkloadReshardSmall      = "reshard-small-buckets"
 	WorkloadReshardBulk       = "reshard-bulk-transfer"
 	WorkloadReshardForeground = "reshard-foreground"
+	// WorkloadReshardBulkForeground moves one large bucket under a write
+	// load elsewhere in the database, unpaced and then paced by the move
+	// bandwidth (resharding.max-send-bytes-per-sec).
+	WorkloadReshardBulkForeground = "reshard-bulk-foreground"
+	// rowReshardBulkPaced is reshard-bulk-foreground's paced pair of rows.
+	rowReshardBulkPaced = "reshard-bulk-foreground-paced"
 	// rowReshardOpenLoop is reshard-foreground's second pair of rows: the
 	// same move under an open-loop load the cluster carries during a move
 	// (not a workload of its own: reshard-foreground runs it).
@@ -166,6 +172,9 @@ func (r *run) reshard(ctx context.Context, w string) []Row {
 		case WorkloadReshardForeground:
 			rows = append(rows, Row{Workload: w, System: sysNoMove, Baseline: true, Skipped: skip},
 				Row{Workload: rowReshardOpenLoop, System: sysShardnode, Skipped: skip}, Row{Workload: rowReshardOpenLoop, System: sysNoMove, Baseline: true, Skipped: skip})
+		case WorkloadReshardBulkForeground:
+			rows = append(rows, Row{Workload: w, System: sysNoMove, Baseline: true, Skipped: skip},
+				Row{Workload: rowReshardBulkPaced, System: sysShardnode, Skipped: skip}, Row{Workload: rowReshardBulkPaced, System: sysNoMove, Baseline: true, Skipped: skip})
 		}
 		return rows
 	}
@@ -174,6 +183,8 @@ func (r *run) reshard(ctx context.Context, w string) []Row {
 		return []Row{r.reshardSmall(ctx)}
 	case WorkloadReshardBulk:
 		return r.reshardBulk(ctx)
+	case WorkloadReshardBulkForeground:
+		return r.reshardBulkForeground(ctx)
 	default:
 		return append(r.reshardForeground(ctx, false), r.reshardForeground(ctx, true)...)
 	}
@@ -599,6 +610,28 @@ func (r *run) reshardBulk(ctx context.Context) []Row {
 	return []Row{sn, sn1, pb}
 }
 
+// bulkBucket is where the bulk bucket lives before it moves.
+type bulkBucket struct {
+	Bucket uint32
+	Shard  int
+}
+
+// loadBulkBucket loads docs bulk documents into the bucket of bulkID's
+// anchor, and says which bucket and shard that is.
+func (e *reshardEnv) loadBulkBucket(ctx context.Context, docs, senders int, seed uint64) (bulkBucket, time.Duration, error) {
+	var where bulkBucket
+	if err := getJSON(ctx, e.hc, e.dbURL()+"/sharding/bucket?id="+url.QueryEscape("big/1"), &where); err != nil {
+		return where, 0, err
+	}
+	took, err := e.load(ctx, docs, 250, senders, func(i int, buf []byte) (string, []byte) {
+		return bulkID(i), bulkDoc(seed, i, buf)
+	})
+	if err != nil {
+		return where, 0, fmt.Errorf("load: %w", err)
+	}
+	return where, took, nil
+}
+
 // reshardBulkNode loads and moves the bulk bucket on a cluster, in a
 // database of replication factor rf.
 func (r *run) reshardBulkNode(ctx context.Context, docs int, seed uint64, rf int) Row {
@@ -616,18 +649,9 @@ func (r *run) reshardBulkNode(ctx context.Context, docs int, seed uint64, rf int
 		return fail(err)
 	}
 	defer e.close()
-	var where struct {
-		Bucket uint32
-		Shard  int
-	}
-	if err := getJSON(ctx, e.hc, e.dbURL()+"/sharding/bucket?id="+url.QueryEscape("big/1"), &where); err != nil {
-		return fail(err)
-	}
-	loadTime, err := e.load(ctx, docs, 250, r.o.Senders, func(i int, buf []byte) (string, []byte) {
-		return bulkID(i), bulkDoc(seed, i, buf)
-	})
+	where, loadTime, err := e.loadBulkBucket(ctx, docs, r.o.Senders, seed)
 	if err != nil {
-		return fail(fmt.Errorf("load: %w", err))
+		return fail(err)
 	}
 	r.logf("%-12s loaded %d docs of %d B into bucket %d in %.1fs", w, docs, bulkDocBytes, where.Bucket, loadTime.Seconds())
 	es, err := e.events(ctx, nil)
@@ -674,6 +698,106 @@ func (r *run) reshardBulkNode(ctx context.Context, docs int, seed uint64, rf int
 	}
 	r.logf("%-12s %-10s moved %d docs (%.0f MB) in %.2fs: %.1f MB/s", w, sys, op.DocumentsMoved, float64(op.BytesMoved)/1e6, transfer.Seconds(), row.MBPerSec)
 	return row
+}
+
+// reshardBulkForeground measures what moving one large bucket (the bulk
+// transfer's) costs a closed-loop write load elsewhere in the database:
+// the load alone, then during the move unpaced, then during the move back
+// with every node's move bandwidth at ReshardSendLimit. Its rows are the
+// two moves, each beside the load alone.
+func (r *run) reshardBulkForeground(ctx context.Context) []Row {
+	w := WorkloadReshardBulkForeground
+	fail := func(err error) []Row {
+		r.logf("%-12s %v", w, err)
+		return []Row{makeRow(w, sysShardnode, "ops/s", nil, err, ""), makeRow(w, sysNoMove, "ops/s", nil, err, ""),
+			makeRow(rowReshardBulkPaced, sysShardnode, "ops/s", nil, err, ""), makeRow(rowReshardBulkPaced, sysNoMove, "ops/s", nil, err, "")}
+	}
+	docs := int(math.Ceil(float64(r.o.ReshardBulkMB) * 1e6 / bulkDocBytes))
+	seed := r.nextSeed()
+	clients := r.o.ReshardClients
+	e, err := r.newReshardEnv(ctx, w, clients+8, reshardRF)
+	if err != nil {
+		return fail(err)
+	}
+	defer e.close()
+	where, _, err := e.loadBulkBucket(ctx, docs, r.o.Senders, seed)
+	if err != nil {
+		return fail(err)
+	}
+	es, err := e.events(ctx, nil)
+	if err != nil {
+		return fail(err)
+	}
+	defer es.close()
+	// Every writer inserts new documents outside the moving bucket.
+	phase := func(stop <-chan struct{}) fgResult {
+		return e.foreground(ctx, clients, 0, seed, where.Bucket, where.Bucket, nil, 0, stop)
+	}
+	dur := time.Duration(r.o.ReshardForegroundSeconds * float64(time.Second))
+	stop := make(chan struct{})
+	time.AfterFunc(dur, func() { close(stop) })
+	idle := phase(stop)
+	if idle.err != nil {
+		return fail(fmt.Errorf("foreground load without a move: %d errors, first: %w", idle.errors, idle.err))
+	}
+	r.logf("%-12s %-10s %d writes in %.1fs", w, sysNoMove, len(idle.writes), idle.elapsed.Seconds())
+	move := func(to int, limit int64) (fgResult, operationState, time.Duration, error) {
+		for _, u := range e.c.urls {
+			body := []byte(fmt.Sprintf(`{"BytesPerSecond":%d}`, limit))
+			if err := do(ctx, e.hc, http.MethodPut, u+"/admin/resharding/send-limit", body, http.StatusOK, &bytes.Buffer{}); err != nil {
+				return fgResult{}, operationState{}, 0, fmt.Errorf("set the move bandwidth: %w", err)
+			}
+		}
+		stop := make(chan struct{})
+		busyc := make(chan fgResult, 1)
+		go func() { busyc <- phase(stop) }()
+		id, start, err := e.startMove(ctx, where.Bucket, where.Bucket, to)
+		var op operationState
+		var end time.Time
+		if err == nil {
+			op, end, err = e.waitMove(ctx, es, id)
+		}
+		close(stop)
+		busy := <-busyc
+		if err == nil && busy.err != nil {
+			err = fmt.Errorf("foreground load during the move: %d errors, first: %w", busy.errors, busy.err)
+		}
+		if err == nil {
+			err = e.waitClean(ctx)
+		}
+		return busy, op, end.Sub(start), err
+	}
+	dst := (where.Shard + 1) % reshardShards
+	unpaced, op1, took1, err := move(dst, 0)
+	if err != nil {
+		return fail(err)
+	}
+	r.logf("%-12s %-10s %d writes in %.1fs during the unpaced move (%.1f s)", w, sysShardnode, len(unpaced.writes), unpaced.elapsed.Seconds(), took1.Seconds())
+	paced, op2, took2, err := move(where.Shard, r.o.ReshardSendLimit)
+	if err != nil {
+		return fail(err)
+	}
+	r.logf("%-12s %-10s %d writes in %.1fs during the move back at %d B/s (%.1f s)", w, sysShardnode, len(paced.writes), paced.elapsed.Seconds(), r.o.ReshardSendLimit, took2.Seconds())
+	row := func(workload, sys string, ph fgResult) Row {
+		lat := make([]time.Duration, len(ph.writes))
+		for j, wr := range ph.writes {
+			lat[j] = wr.end.Sub(wr.start)
+		}
+		var s sample
+		s.addRound(roundResult{ops: int64(len(lat)), elapsed: ph.elapsed, lat: lat})
+		return makeRow(workload, sys, "ops/s", &s, nil, "")
+	}
+	rows := []Row{row(w, sysShardnode, unpaced), row(w, sysNoMove, idle), row(rowReshardBulkPaced, sysShardnode, paced), row(rowReshardBulkPaced, sysNoMove, idle)}
+	for i, m := range []struct {
+		op    operationState
+		took  time.Duration
+		limit string
+	}{{op1, took1, "unpaced"}, {op2, took2, fmt.Sprintf("paced at %.1f MiB/s (resharding.max-send-bytes-per-sec on every node)", float64(r.o.ReshardSendLimit)/(1<<20))}} {
+		rows[2*i].Note = fmt.Sprintf("%d clients' durable PUTs of ~1 KiB into other buckets while one bucket of %d docs (%.0f MB moved) moves between shards, %s: %.1f s, %.1f MB/s; %d-node in-process cluster, RF %d",
+			clients, docs, float64(m.op.BytesMoved)/1e6, m.limit, m.took.Seconds(), float64(m.op.BytesMoved)/1e6/m.took.Seconds(), reshardNodes, reshardRF)
+		rows[2*i+1].Note = fmt.Sprintf("the same load on the same cluster for %.0f s before the moves; sn/base = during the move / without", dur.Seconds())
+	}
+	return rows
 }
 
 // fgWrite is one foreground write.

@@ -99,7 +99,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		base = n.HTTPURL()
 		r.inProcess = true
 		rep.Target = "in-process node (data in a temporary directory), " + base
-		if want[WorkloadReshardSmall] || want[WorkloadReshardBulk] || want[WorkloadReshardForeground] {
+		if want[WorkloadReshardSmall] || want[WorkloadReshardBulk] || want[WorkloadReshardForeground] || want[WorkloadReshardBulkForeground] {
 			rep.Target += fmt.Sprintf("; resharding rows: in-process %d-node clusters, one per workload", reshardNodes)
 		}
 	default:
@@ -140,7 +140,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 			rep.Rows = append(rep.Rows, r.bulk(ctx)...)
 		case WorkloadNATS:
 			rep.Rows = append(rep.Rows, r.nats(ctx)...)
-		case WorkloadReshardSmall, WorkloadReshardBulk, WorkloadReshardForeground:
+		case WorkloadReshardSmall, WorkloadReshardBulk, WorkloadReshardForeground, WorkloadReshardBulkForeground:
 			rep.Rows = append(rep.Rows, r.reshard(ctx, w)...)
 		case WorkloadGet:
 			if r.ceiling == nil {
@@ -427,7 +427,8 @@ func makeRow(workload, system, unit string, s *sample, err error, skip string) R
 func workloadRank(w string) int {
 	order := []string{rowBulk, WorkloadPut, WorkloadGet, WorkloadYCSBA, WorkloadYCSBB, WorkloadYCSBC,
 		WorkloadYCSBD, WorkloadYCSBE, WorkloadYCSBF, rowNATSRequest, rowNATSPublish, WorkloadRSS,
-		WorkloadReshardSmall, WorkloadReshardBulk, WorkloadReshardForeground, rowReshardOpenLoop}
+		WorkloadReshardSmall, WorkloadReshardBulk, WorkloadReshardForeground, rowReshardOpenLoop,
+		WorkloadReshardBulkForeground, rowReshardBulkPaced}
 	if i := slices.Index(order, w); i >= 0 {
 		return i
 	}
@@ -503,7 +504,12 @@ func redactURL(s string) string {
 	return u.String()
 }
 
-// isReshard reports whether workload w is one of the resharding workloads.
+// isReshard reports whether workload w is one of the resharding workloads
+// (or rows).
 func isReshard(w string) bool {
-	return w == WorkloadReshardSmall || w == WorkloadReshardBulk || w == WorkloadReshardForeground
+	switch w {
+	case WorkloadReshardSmall, WorkloadReshardBulk, WorkloadReshardForeground, rowReshardOpenLoop, WorkloadReshardBulkForeground, rowReshardBulkPaced:
+		return true
+	}
+	return false
 }

@@ -40,6 +40,9 @@ directory, in this process. Workloads (select with --workloads):
   ycsb-a..f the YCSB core workloads (zipfian; latest for D; scans for E)
   nats      NATS request/reply and bulk publish on an embedded server
   rss       peak RSS after loading --rss-docs documents (in-process only)
+  reshard-* resharding on in-process 3-node clusters: small buckets, one
+            bulk bucket, the flip under a write load, and a bulk bucket
+            under a write load unpaced and paced (--reshard-send-limit)
 
 Each shardnode row sits beside baselines on the same workload: raw Pebble
 with the storage package's tuned options, a trivial Go HTTP handler (get),
@@ -86,6 +89,7 @@ any workload failed.`,
 	fl.Int64Var(&o.NATSMessages, "nats-messages", 0, "messages per round of the NATS bulk publish")
 	fl.Int64Var(&o.RSSDocs, "rss-docs", 0, "documents loaded before reading peak RSS; 0 skips the row (in-process node only)")
 	fl.IntVar(&o.Shards, "shards", 0, "shards of the databases the benchmark creates (default 3)")
+	fl.Int64Var(&o.ReshardSendLimit, "reshard-send-limit", 0, "move bandwidth in bytes per second of reshard-bulk-foreground's paced move (default 20 MiB/s)")
 	fl.StringVar(&o.PG, "pg", "", "PostgreSQL URL for the PostgreSQL baselines, e.g. postgres://postgres@127.0.0.1:5432/bench?sslmode=disable")
 	fl.StringVar(&f.workloads, "workloads", "", "comma-separated workloads: all, ycsb, "+strings.Join(bench.AllWorkloads(), ", ")+" (default all)")
 	fl.StringVar(&f.out, "out", "", "also write the table as markdown to FILE, and the JSON results to FILE.json")
