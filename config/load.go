@@ -395,7 +395,7 @@ func toInt64(raw any) (int64, error) {
 	case float64:
 		return floatToInt64(n)
 	case string:
-		return parseSize(n)
+		return ParseSize(n)
 	default:
 		return 0, fmt.Errorf("expected a number of bytes, got %s", describe(raw))
 	}
@@ -412,9 +412,9 @@ func floatToInt64(f float64) (int64, error) {
 	return int64(f), nil
 }
 
-// parseSize parses a whole number of bytes, optionally followed by KiB, MiB
+// ParseSize parses a whole number of bytes, optionally followed by KiB, MiB
 // or GiB.
-func parseSize(s string) (int64, error) {
+func ParseSize(s string) (int64, error) {
 	s = strings.TrimSpace(s)
 	mult := int64(1)
 	for _, u := range []struct {

@@ -54,7 +54,8 @@ Every document belongs to one of 1,048,576 buckets (0..1048575), and every
 bucket to one shard. "move" moves a range of buckets to another shard while
 the database stays online, and follows the move until it is done; "report"
 shows how documents and bytes spread over the bucket space and which shards
-hold them; "status" lists the resharding operations and live migrations.
+hold them; "status" lists the resharding operations and live migrations;
+"pace" shows or sets how fast each node sends the buckets it moves out.
 
 The commands talk to any node over HTTP (--url, default ` + defaultNodeURL + `).`,
 		Example: `  shardnode buckets report --db shop
@@ -63,7 +64,7 @@ The commands talk to any node over HTTP (--url, default ` + defaultNodeURL + `).
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
-	cmd.AddCommand(newBucketsMoveCmd(), newBucketsReportCmd(), newBucketsStatusCmd(), newBucketsCancelCmd())
+	cmd.AddCommand(newBucketsMoveCmd(), newBucketsReportCmd(), newBucketsStatusCmd(), newBucketsCancelCmd(), newBucketsPaceCmd())
 	return cmd
 }
 
