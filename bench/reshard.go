@@ -778,16 +778,7 @@ func (r *run) reshardBulkForeground(ctx context.Context) []Row {
 		return fail(err)
 	}
 	r.logf("%-12s %-10s %d writes in %.1fs during the move back at %d B/s (%.1f s)", w, sysShardnode, len(paced.writes), paced.elapsed.Seconds(), r.o.ReshardSendLimit, took2.Seconds())
-	row := func(workload, sys string, ph fgResult) Row {
-		lat := make([]time.Duration, len(ph.writes))
-		for j, wr := range ph.writes {
-			lat[j] = wr.end.Sub(wr.start)
-		}
-		var s sample
-		s.addRound(roundResult{ops: int64(len(lat)), elapsed: ph.elapsed, lat: lat})
-		return makeRow(workload, sys, "ops/s", &s, nil, "")
-	}
-	rows := []Row{row(w, sysShardnode, unpaced), row(w, sysNoMove, idle), row(rowReshardBulkPaced, sysShardnode, paced), row(rowReshardBulkPaced, sysNoMove, idle)}
+	rows := []Row{unpaced.row(w, sysShardnode), idle.row(w, sysNoMove), paced.row(rowReshardBulkPaced, sysShardnode), idle.row(rowReshardBulkPaced, sysNoMove)}
 	for i, m := range []struct {
 		op    operationState
 		took  time.Duration
@@ -1095,17 +1086,7 @@ func (r *run) reshardForeground(ctx context.Context, open bool) []Row {
 	fig.Timed = len(per)
 	fig.BucketP50Ms, fig.BucketP99Ms, fig.BucketMaxMs = durationsMs(per)
 
-	rows := make([]Row, 2)
-	for i, ph := range []fgResult{busy, idle} {
-		lat := make([]time.Duration, len(ph.writes))
-		for j, wr := range ph.writes {
-			lat[j] = wr.end.Sub(wr.start)
-		}
-		var s sample
-		s.addRound(roundResult{ops: int64(len(lat)), elapsed: ph.elapsed, lat: lat})
-		sys := []string{sysShardnode, sysNoMove}[i]
-		rows[i] = makeRow(w, sys, "ops/s", &s, nil, "")
-	}
+	rows := []Row{busy.row(w, sysShardnode), idle.row(w, sysNoMove)}
 	rows[0].Reshard = fig
 	rows[0].Note = fmt.Sprintf("%d clients' durable PUTs of ~1 KiB, %s (%d into the bucket migrating now, %d outside the moving range) during a move of %d non-empty buckets (+%d empty) shard 0→2, %.1f s (per bucket p50 %.1f ms; process CPU %.2f cores); flip pause, per flip the longest write into the flipping bucket in flight while the nodes applied the flip (first to last node's event ±%d ms, span p50 %.1f / p99 %.1f ms): p50 %.1f / p99 %.1f / max %.1f ms, against %.1f / %.1f ms for %d writers outside the moving range in the same spans, so the flip adds p50 %.1f / p99 %.1f / max %.1f ms (%d flips; the same difference between two such groups of writers, the noise floor: p50 %.1f / p99 %.1f ms; the same difference for the same bucket halfway between Moving and the flip, the move without the flip: p50 %.1f / p99 %.1f ms); old definition (longest write into the flipping bucket within ±%d ms of OwnershipTransferred) p50 %.1f / p99 %.1f / max %.1f ms over %d of %d flips; measured by the nodes (the delay a refusal after a flip added to each write until its attempt at the new owner began) p50 %.1f / p99 %.1f / max %.1f ms over %d rerouted writes; writes into moving buckets p99 %.1f ms; %d-node in-process cluster, RF %d",
 		clients, loadNote, movers, clients-movers, n, fig.EmptyBuckets, fig.TotalSeconds, fig.BucketP50Ms, fig.CPUCores,
@@ -1119,6 +1100,18 @@ func (r *run) reshardForeground(ctx context.Context, open bool) []Row {
 	r.logf("%-12s %-10s %d writes in %.1fs during the move; flip pause p99 %.1f ms, control %.1f ms, added p50 %.1f / p99 %.1f ms (%d flips; noise floor p50 %.1f / p99 %.1f ms; mid-move p50 %.1f / p99 %.1f ms); old definition p99 %.1f ms; measured by the nodes p50 %.1f / p99 %.1f / max %.1f ms over %d rerouted writes", w, sysShardnode, len(busy.writes), busy.elapsed.Seconds(),
 		fig.AtFlipP99Ms, fig.ControlP99Ms, fig.FlipExcessP50Ms, fig.FlipExcessP99Ms, fig.FlipsMeasured, fig.NoiseP50Ms, fig.NoiseP99Ms, fig.MidMoveExcessP50Ms, fig.MidMoveExcessP99Ms, fig.FlipPauseP99Ms, fig.ReroutedP50Ms, fig.ReroutedP99Ms, fig.ReroutedMaxMs, fig.Rerouted)
 	return rows
+}
+
+// row is the write load's row: its throughput and the latency of every
+// write.
+func (f fgResult) row(workload, system string) Row {
+	lat := make([]time.Duration, len(f.writes))
+	for j, wr := range f.writes {
+		lat[j] = wr.end.Sub(wr.start)
+	}
+	var s sample
+	s.addRound(roundResult{ops: int64(len(lat)), elapsed: f.elapsed, lat: lat})
+	return makeRow(workload, system, "ops/s", &s, nil, "")
 }
 
 // openLoopShare is the open-loop rows' offered rate, as a share of the

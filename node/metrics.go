@@ -325,10 +325,8 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
 	}
 	gauge(descReady, b2f(n.ready.Load()))
-	if n.sendLimit != nil {
-		gauge(descSendLimit, float64(n.sendLimit.limit()))
-		counter(descSendWait, time.Duration(n.sendLimit.waited.Load()).Seconds())
-	}
+	gauge(descSendLimit, float64(n.sendLimit.limit()))
+	counter(descSendWait, time.Duration(n.sendLimit.waited.Load()).Seconds())
 	gauge(descCurrent, b2f(n.fresh.fresh()))
 	if n.raft != nil {
 		state := n.raft.r.State()

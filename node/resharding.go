@@ -88,10 +88,16 @@ func (s *sendLimiter) limit() int64 {
 	return s.bps
 }
 
-// wait returns once a batch of bytes may go, or with ctx's error.
+// wait returns once a batch of bytes may go, or with ctx's error. Only
+// time spent waiting counts in waited: a batch that goes at once adds
+// nothing.
 func (s *sendLimiter) wait(ctx context.Context, bytes int) error {
-	start := time.Now()
-	defer func() { s.waited.Add(int64(time.Since(start))) }()
+	var start time.Time // of the first wait
+	defer func() {
+		if !start.IsZero() {
+			s.waited.Add(int64(time.Since(start)))
+		}
+	}()
 	for {
 		s.mu.Lock()
 		changed := s.changed
@@ -103,6 +109,9 @@ func (s *sendLimiter) wait(ctx context.Context, bytes int) error {
 		d := r.Delay()
 		if d == 0 {
 			return nil
+		}
+		if start.IsZero() {
+			start = time.Now()
 		}
 		t := time.NewTimer(d)
 		select {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -55,7 +56,7 @@ command then fails.`,
 			out := cmd.OutOrStdout()
 			failed := 0
 			for _, nd := range cluster.Nodes {
-				limit, err := nodePace(cmd, nd.HttpUrl, body)
+				limit, err := nodePace(cmd.Context(), nd.HttpUrl, body)
 				if err != nil {
 					failed++
 					fmt.Fprintf(out, "%-4s %s\n", nd.Tag, err)
@@ -75,7 +76,7 @@ command then fails.`,
 }
 
 // nodePace reads (body nil) or sets one node's move bandwidth.
-func nodePace(cmd *cobra.Command, nodeURL string, body any) (int64, error) {
+func nodePace(ctx context.Context, nodeURL string, body any) (int64, error) {
 	c, err := newAPIClient(nodeURL)
 	if err != nil {
 		return 0, err
@@ -84,7 +85,7 @@ func nodePace(cmd *cobra.Command, nodeURL string, body any) (int64, error) {
 	if body != nil {
 		method = http.MethodPut
 	}
-	b, err := c.send(cmd.Context(), method, "/admin/resharding/send-limit", nil, body)
+	b, err := c.send(ctx, method, "/admin/resharding/send-limit", nil, body)
 	if err != nil {
 		return 0, err
 	}
