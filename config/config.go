@@ -80,6 +80,12 @@ type DebugConfig struct {
 	// (debug.pprof), for measuring a running node. It exposes internals:
 	// enable it only where the HTTP address is trusted.
 	Pprof bool `yaml:"pprof" json:"pprof"`
+	// DialRewrites makes the node dial other addresses than the ones its
+	// peers advertise, for its raft transport and its node-to-node HTTP: a
+	// comma-separated list of from=to host:port pairs
+	// (debug.dial-rewrites). Tests route every link between two nodes
+	// through a proxy of their own this way, so that they can cut it.
+	DialRewrites string `yaml:"dial-rewrites" json:"dial-rewrites"`
 }
 
 // NodeConfig is the "node" section.
@@ -128,6 +134,11 @@ type NATSConfig struct {
 	// Routes are the peers' route URLs (nats.routes), nats-route:// or
 	// nats://. In the environment or a flag they are comma-separated.
 	Routes []string `yaml:"routes" json:"routes"`
+	// ClusterAdvertise is the route address the embedded server gives its
+	// peers to pass on to each other (nats.cluster-advertise), when they
+	// must reach it at another address than ClusterListen (NAT, a proxy);
+	// empty means ClusterListen.
+	ClusterAdvertise string `yaml:"cluster-advertise" json:"cluster-advertise"`
 }
 
 // ClusterConfig is the "cluster" section.
@@ -219,6 +230,7 @@ func (c *Config) fields() []field {
 		{"nats.listen", "nats-listen", &c.NATS.Listen, "host:port for clients of the embedded NATS server"},
 		{"nats.cluster-listen", "nats-cluster-listen", &c.NATS.ClusterListen, "host:port for routes between embedded NATS servers; empty disables clustering"},
 		{"nats.routes", "nats-routes", &c.NATS.Routes, "comma-separated nats-route:// URLs of the peers' embedded NATS servers"},
+		{"nats.cluster-advertise", "", &c.NATS.ClusterAdvertise, "host:port peers pass on to each other to reach this node's routes; empty is nats.cluster-listen"},
 		{"cluster.name", "cluster-name", &c.Cluster.Name, "cluster name"},
 		{"log.level", "log-level", &c.Log.Level, "log level: debug, info, warn or error"},
 		{"log.format", "log-format", &c.Log.Format, "log format: text or json"},
@@ -226,6 +238,7 @@ func (c *Config) fields() []field {
 		{"resharding.max-send-bytes-per-sec", "", &c.Resharding.MaxSendBytesPerSec, "bytes per second this node sends of the buckets it moves out, all migrations together; 0 is no limit"},
 		{"debug.failpoints", "", &c.Debug.Failpoints, "fault-test pauses: name=duration,... (never in production)"},
 		{"debug.pprof", "pprof", &c.Debug.Pprof, "serve Go's profiler under /debug/pprof/ on the HTTP address"},
+		{"debug.dial-rewrites", "", &c.Debug.DialRewrites, "from=to,... host:port pairs: peers' raft and HTTP addresses this node dials elsewhere (fault tests cut links this way)"},
 		{"storage.doc-cache-bytes", "", &c.Storage.DocCacheBytes, "memory for documents point reads found, shared by the node's replicas; 0 disables it"},
 		{"storage.memtable-budget-bytes", "", &c.Storage.MemtableBudgetBytes, "write buffers of the node's replicas, divided among them (2 to 32 MiB each)"},
 	}

@@ -379,6 +379,11 @@ func TestValidationErrorsNameKey(t *testing.T) {
 			c.NATS.Routes = []string{"nats-route://a:6222", "http://b:6222"}
 		}, "nats-route:// or nats://"},
 		{"nats.routes", func(c *Config) { c.NATS.Routes = []string{"nats-route://a:6222"} }, "cluster-listen"},
+		{"nats.cluster-advertise", func(c *Config) { c.NATS.ClusterAdvertise = "a:6222" }, "cluster-listen"},
+		{"nats.cluster-advertise", func(c *Config) { c.NATS.ClusterListen, c.NATS.ClusterAdvertise = ":6222", "a" }, "missing port"},
+		{"debug.dial-rewrites", func(c *Config) { c.Debug.DialRewrites = "a:1" }, "from=to"},
+		{"debug.dial-rewrites", func(c *Config) { c.Debug.DialRewrites = "a:1=b" }, "missing port"},
+		{"debug.dial-rewrites", func(c *Config) { c.Debug.DialRewrites = "a:1=b:2,a:1=c:3" }, "twice"},
 		{"cluster.name", func(c *Config) { c.Cluster.Name = "" }, "empty"},
 		{"cluster.name", func(c *Config) { c.Cluster.Name = "a.b" }, "letters"},
 		{"log.level", func(c *Config) { c.Log.Level = "verbose" }, "debug, info, warn, error"},
@@ -394,6 +399,16 @@ func TestValidationErrorsNameKey(t *testing.T) {
 		if !strings.Contains(err.Error(), tc.msg) {
 			t.Errorf("%s: error %q does not contain %q", tc.key, err, tc.msg)
 		}
+	}
+}
+
+func TestParseDialRewrites(t *testing.T) {
+	got, err := ParseDialRewrites(" 127.0.0.1:7071=127.0.0.1:9001, ,127.0.0.1:8081=127.0.0.1:9002")
+	if err != nil || len(got) != 2 || got["127.0.0.1:7071"] != "127.0.0.1:9001" || got["127.0.0.1:8081"] != "127.0.0.1:9002" {
+		t.Fatalf("ParseDialRewrites = %v, %v", got, err)
+	}
+	if got, err := ParseDialRewrites(""); err != nil || len(got) != 0 {
+		t.Fatalf("empty: %v, %v", got, err)
 	}
 }
 
@@ -594,7 +609,7 @@ func TestEnvNameAndKeys(t *testing.T) {
 		t.Fatalf("EnvName = %q", got)
 	}
 	keys := Keys()
-	if len(keys) != 21 || keys[0] != "node.tag" || keys[16] != "resharding.max-send-bytes-per-sec" || keys[17] != "debug.failpoints" || keys[18] != "debug.pprof" || keys[19] != "storage.doc-cache-bytes" || keys[20] != "storage.memtable-budget-bytes" {
+	if len(keys) != 23 || keys[0] != "node.tag" || keys[12] != "nats.cluster-advertise" || keys[17] != "resharding.max-send-bytes-per-sec" || keys[18] != "debug.failpoints" || keys[19] != "debug.pprof" || keys[20] != "debug.dial-rewrites" || keys[21] != "storage.doc-cache-bytes" || keys[22] != "storage.memtable-budget-bytes" {
 		t.Fatalf("Keys = %q", keys)
 	}
 }

@@ -26,3 +26,29 @@ func ParseFailpoints(s string) (map[string]time.Duration, error) {
 	}
 	return out, nil
 }
+
+// ParseDialRewrites parses debug.dial-rewrites: "host:port=host:port,...",
+// the address a node dials instead of each listed one.
+func ParseDialRewrites(s string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		from, to, ok := strings.Cut(part, "=")
+		if !ok {
+			return nil, fmt.Errorf("%q: want from=to", part)
+		}
+		for _, a := range []string{from, to} {
+			if msg := checkAddr(a); msg != "" {
+				return nil, fmt.Errorf("%q: %s", a, msg)
+			}
+		}
+		if _, dup := out[from]; dup {
+			return nil, fmt.Errorf("%q is rewritten twice", from)
+		}
+		out[from] = to
+	}
+	return out, nil
+}

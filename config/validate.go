@@ -122,6 +122,13 @@ func (c *Config) Validate() error {
 			bad("nats.routes", redactURL(r), "%s", msg)
 		}
 	}
+	if c.NATS.ClusterAdvertise != "" {
+		if msg := checkAddr(c.NATS.ClusterAdvertise); msg != "" {
+			bad("nats.cluster-advertise", c.NATS.ClusterAdvertise, "%s", msg)
+		} else if c.NATS.ClusterListen == "" {
+			bad("nats.cluster-advertise", c.NATS.ClusterAdvertise, "needs nats.cluster-listen to be set")
+		}
+	}
 	if len(c.NATS.Routes) > 0 && c.NATS.URL == "" && c.NATS.ClusterListen == "" {
 		bad("nats.routes", nil, "routes need nats.cluster-listen to be set")
 	}
@@ -154,6 +161,9 @@ func (c *Config) Validate() error {
 	}
 	if _, err := ParseFailpoints(c.Debug.Failpoints); err != nil {
 		bad("debug.failpoints", c.Debug.Failpoints, "%s", err.Error())
+	}
+	if _, err := ParseDialRewrites(c.Debug.DialRewrites); err != nil {
+		bad("debug.dial-rewrites", c.Debug.DialRewrites, "%s", err.Error())
 	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":

@@ -59,7 +59,7 @@ func startBus(cfg *config.Config) (*bus, error) {
 		if cp == 0 {
 			cp = server.RANDOM_PORT
 		}
-		opts.Cluster = server.ClusterOpts{Name: cfg.Cluster.Name, Host: ch, Port: cp}
+		opts.Cluster = server.ClusterOpts{Name: cfg.Cluster.Name, Host: ch, Port: cp, Advertise: cfg.NATS.ClusterAdvertise}
 		for _, r := range cfg.NATS.Routes {
 			u, err := url.Parse(r)
 			if err != nil {

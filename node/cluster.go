@@ -603,7 +603,7 @@ func (n *Node) forwardToLeader(w http.ResponseWriter, r *http.Request, body []by
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Forwarded-By", n.cfg.Node.Tag)
-	res, err := httpClient.Do(req)
+	res, err := n.httpClient.Do(req)
 	if err != nil {
 		writeError(w, unavailable("forward to leader at %s: %v", url, err))
 		return
@@ -617,10 +617,6 @@ func (n *Node) forwardToLeader(w http.ResponseWriter, r *http.Request, body []by
 	writeRaw(w, res.StatusCode, b)
 }
 
-// httpClient is used for node-to-node HTTP (join, forwarding to the
-// leader); data-plane traffic goes over NATS.
-var httpClient = &http.Client{Timeout: 15 * time.Second}
-
 // postJSON posts body to url and decodes a 2xx answer into out (if set);
 // an error answer comes back as an apiError with the remote status.
 func (n *Node) postJSON(ctx context.Context, url string, body []byte, out any) error {
@@ -630,7 +626,7 @@ func (n *Node) postJSON(ctx context.Context, url string, body []byte, out any) e
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Sent-By", n.cfg.Node.Tag)
-	res, err := httpClient.Do(req)
+	res, err := n.httpClient.Do(req)
 	if err != nil {
 		return unavailable("post %s: %v", url, err)
 	}

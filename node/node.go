@@ -39,10 +39,14 @@ type Node struct {
 	replicas *replicaSet
 	health   *health
 
-	rpcHandlers   map[string]rpcHandler
-	driver        *resharding.Driver
-	lock          *dirLock
-	failpoints    map[string]time.Duration
+	rpcHandlers map[string]rpcHandler
+	driver      *resharding.Driver
+	lock        *dirLock
+	failpoints  map[string]time.Duration
+	// dialer and httpClient reach peers' raft transports and HTTP APIs
+	// (through debug.dial-rewrites).
+	dialer        dialer
+	httpClient    *http.Client
 	runCtx        context.Context
 	streams       context.Context
 	streamsCancel context.CancelFunc
@@ -134,6 +138,15 @@ func Start(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Nod
 	if n.failpoints, err = config.ParseFailpoints(cfg.Debug.Failpoints); err != nil {
 		return nil, fmt.Errorf("debug.failpoints: %w", err)
 	}
+	rewrites, err := config.ParseDialRewrites(cfg.Debug.DialRewrites)
+	if err != nil {
+		return nil, fmt.Errorf("debug.dial-rewrites: %w", err)
+	}
+	n.dialer = dialer{rewrites: rewrites}
+	n.httpClient = n.dialer.httpClient()
+	if len(rewrites) > 0 {
+		logger.Warn("dialing peers through rewritten addresses (debug.dial-rewrites)", "rewrites", cfg.Debug.DialRewrites)
+	}
 	if n.lock, err = lockDataDir(cfg.Node.DataDir); err != nil {
 		return nil, err
 	}
@@ -173,7 +186,7 @@ func Start(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Nod
 		return nil, fmt.Errorf("http.addr %s: %w", cfg.HTTP.Addr, err)
 	}
 	bootstrap := cfg.Raft.Bootstrap && cfg.Raft.Join == ""
-	if n.raft, err = startRaft(cfg.RaftDir(), cfg.Node.Tag, cfg.Raft.Addr, bootstrap, cfg.Raft.Join != "", n.fsm, logger); err != nil {
+	if n.raft, err = startRaft(cfg.RaftDir(), cfg.Node.Tag, cfg.Raft.Addr, bootstrap, cfg.Raft.Join != "", n.dialer, n.fsm, logger); err != nil {
 		return nil, err
 	}
 	n.driver = resharding.NewDriver(reshardCluster{n}, n.databaseNames, logger)

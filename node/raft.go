@@ -35,17 +35,18 @@ type raftNode struct {
 // startRaft opens the raft stores under dir and starts raft with fsm. A
 // fresh directory bootstraps a one-node cluster when bootstrap is set.
 // join says raft.join is set (see checkRaftAddr).
-func startRaft(dir, tag, addr string, bootstrap, join bool, fsm *raftfsm.FSM, logger *slog.Logger) (*raftNode, error) {
+func startRaft(dir, tag, addr string, bootstrap, join bool, d dialer, fsm *raftfsm.FSM, logger *slog.Logger) (*raftNode, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("raft dir: %w", err)
 	}
 	hl := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, DisableTime: true, Output: slogWriter{logger.With("component", "raft")}})
 	// No separate advertise address: the listener's own (with the real port
 	// when raft.addr asks for port 0) is what peers dial.
-	transport, err := raft.NewTCPTransportWithLogger(addr, nil, 8, 10*time.Second, hl)
+	streams, err := listenRaft(addr, d)
 	if err != nil {
 		return nil, fmt.Errorf("raft transport on %s: %w", addr, err)
 	}
+	transport := raft.NewNetworkTransportWithLogger(streams, 8, 10*time.Second, hl)
 	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, "raft.db")})
 	if err != nil {
 		transport.Close()

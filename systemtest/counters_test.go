@@ -3,6 +3,7 @@ package systemtest
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -73,6 +74,26 @@ func (c *ifMatchCounters) increment(t testing.TB, rnd *rand.Rand, node func() st
 		return k, n, via, true
 	}
 	return k, n, via, false
+}
+
+// acknowledgements describes each acknowledgement of counter k's value n.
+func (c *ifMatchCounters) acknowledgements(k, n int) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.how[k][n])
+}
+
+// total is how many increments were acknowledged, over every counter.
+func (c *ifMatchCounters) total() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, a := range c.acked {
+		for _, times := range a {
+			n += times
+		}
+	}
+	return n
 }
 
 // check fails t for a value acknowledged twice, and for a counter (read

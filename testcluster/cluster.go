@@ -48,6 +48,11 @@ type Options struct {
 	// MaxSendBytesPerSec is resharding.max-send-bytes-per-sec (0: no
 	// limit).
 	MaxSendBytesPerSec int64
+	// CuttableLinks routes every link between two members (raft, the
+	// embedded NATS servers' routes, node-to-node HTTP) through a proxy
+	// of the test's own, so that Cut, Isolate and Heal can break and
+	// restore it. Not with ExternalNATS.
+	CuttableLinks bool
 }
 
 // Cluster is a running test cluster.
@@ -57,6 +62,7 @@ type Cluster struct {
 	dir     string
 	natsURL string
 	nats    *exec.Cmd
+	links   *links
 	Members []*Member
 }
 
@@ -91,6 +97,14 @@ func Start(t testing.TB, opts Options) *Cluster {
 		m := &Member{c: c, Tag: tag, Dir: filepath.Join(c.dir, tag), HTTPPort: freePort(t), RaftPort: freePort(t), NATSPort: freePort(t), NATSClusterPort: freePort(t)}
 		c.Members = append(c.Members, m)
 	}
+	if opts.CuttableLinks {
+		if opts.ExternalNATS {
+			t.Fatal("CuttableLinks needs the embedded NATS servers")
+		}
+		// Before c.Close's cleanup, so that it runs after it: the nodes
+		// stop while their links still work.
+		c.startLinks()
+	}
 	t.Cleanup(c.Close)
 	for _, m := range c.Members {
 		m.Start()
@@ -124,6 +138,21 @@ func (m *Member) config() config.Config {
 			}
 		}
 	}
+	if l := m.c.links; l != nil {
+		i := m.index()
+		cfg.NATS.Routes = nil
+		var rewrites []string
+		for j, o := range m.c.Members {
+			if j == i {
+				continue
+			}
+			ml := l.out[i][j]
+			cfg.NATS.Routes = append(cfg.NATS.Routes, "nats-route://"+ml.nats.addr())
+			rewrites = append(rewrites, addr(o.RaftPort)+"="+ml.raft.addr(), addr(o.HTTPPort)+"="+ml.http.addr())
+		}
+		cfg.NATS.ClusterAdvertise = l.advertise[i].addr()
+		cfg.Debug.DialRewrites = strings.Join(rewrites, ",")
+	}
 	cfg.Debug.Failpoints = m.c.opts.Failpoints
 	if m.c.opts.MigratorIntervalMs > 0 {
 		cfg.Resharding.MigratorIntervalMs = m.c.opts.MigratorIntervalMs
@@ -134,6 +163,16 @@ func (m *Member) config() config.Config {
 		cfg.Raft.Join = m.c.Members[0].URL()
 	}
 	return cfg
+}
+
+// index is the member's position in the cluster.
+func (m *Member) index() int {
+	for i, o := range m.c.Members {
+		if o == m {
+			return i
+		}
+	}
+	panic("member " + m.Tag + " is not in its cluster")
 }
 
 // Start starts (or restarts) the member and waits until it serves.
@@ -213,6 +252,7 @@ func (m *Member) startProcess() {
 	}
 	cmd := exec.Command(Binary(m.c.t), args...)
 	cmd.Env = append(os.Environ(), "SHARDNODE_DEBUG_FAILPOINTS="+cfg.Debug.Failpoints,
+		"SHARDNODE_DEBUG_DIAL_REWRITES="+cfg.Debug.DialRewrites, "SHARDNODE_NATS_CLUSTER_ADVERTISE="+cfg.NATS.ClusterAdvertise,
 		fmt.Sprintf("SHARDNODE_RESHARDING_MIGRATOR_INTERVAL_MS=%d", cfg.Resharding.MigratorIntervalMs))
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {

@@ -1,0 +1,103 @@
+package systemtest
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/shardnode/shardnode/testcluster"
+)
+
+// TestIsolatedLeaderTakesNoWritesAndCatchesUp cuts the raft leader off
+// from both other nodes (raft, the NATS routes and node-to-node HTTP all
+// cut) while clients increment counters with If-Match and
+// waitForReplicas=2 through every node, the isolated one included. The
+// other two elect a leader and go on taking writes; the isolated node
+// acknowledges none (it cannot confirm it is current), so no value is
+// acknowledged twice. After the links heal the node catches up: every
+// replica of every shard holds the same documents and change vectors, and
+// each counter ends at the number of increments acknowledged.
+func TestIsolatedLeaderTakesNoWritesAndCatchesUp(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{Nodes: 3, CuttableLinks: true})
+	A := c.URL(0)
+	testcluster.Must(t, 201, "PUT", A+"/admin/databases/db", `{"Shards":3,"ReplicationFactor":3}`)
+	var ids []string
+	for i := range 6 {
+		ids = append(ids, fmt.Sprintf("counter/%d", i))
+	}
+	ctr := newCounters(t, A, "db", ids)
+	ctr.params = "&waitForReplicas=2"
+	victim := c.Leader()
+	var isolated atomic.Bool
+	var ackedWhileCut, ackedByVictim atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	runClients(&wg, 8, 1, stop, func(rnd *rand.Rand) {
+		// Only increments begun after the cut count: one the victim took
+		// before may be acknowledged after.
+		cut := isolated.Load()
+		k, n, via, ok := ctr.increment(t, rnd, func() string { return c.URL(rnd.IntN(3)) })
+		if ok && cut && isolated.Load() {
+			ackedWhileCut.Add(1)
+			if via == c.URL(victim) {
+				ackedByVictim.Add(1)
+				t.Errorf("the isolated node acknowledged %s N=%d: %q", ctr.ids[k], n, ctr.acknowledgements(k, n))
+			}
+		}
+	})
+	waitAcked(t, ctr, 20)
+	c.Isolate(victim)
+	isolated.Store(true)
+	others := []int{(victim + 1) % 3, (victim + 2) % 3}
+	testcluster.WaitFor(t, 30*time.Second, "the isolated node to know it is cut off", func() error {
+		r, err := testcluster.Do("GET", c.URL(victim)+"/healthz", "")
+		if err != nil || r.Status != 503 {
+			return fmt.Errorf("healthz: %v %d %s", err, r.Status, r.Body)
+		}
+		return nil
+	})
+	testcluster.WaitFor(t, 30*time.Second, "the other two to elect a leader", func() error {
+		for _, i := range others {
+			if _, err := testcluster.Expect(200, "GET", c.URL(i)+"/healthz", ""); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	before := ackedWhileCut.Load()
+	testcluster.WaitFor(t, 60*time.Second, "increments acknowledged by the majority", func() error {
+		if n := ackedWhileCut.Load(); n < before+10 {
+			return fmt.Errorf("%d acknowledged since the cut", n)
+		}
+		return nil
+	})
+	c.Heal()
+	isolated.Store(false)
+	testcluster.WaitFor(t, 60*time.Second, "the healed node to serve again", func() error {
+		_, err := testcluster.Expect(200, "GET", c.URL(victim)+"/healthz", "")
+		return err
+	})
+	waitAcked(t, ctr, ctr.total()+20)
+	close(stop)
+	wg.Wait()
+	t.Logf("%d increments acknowledged while node %s was cut off, %d of them through it", ackedWhileCut.Load(), c.Members[victim].Tag, ackedByVictim.Load())
+	testcluster.WaitFor(t, 60*time.Second, "the replicas to converge", func() error { return converged(t, c, "db") })
+	for i := range c.Members {
+		ctr.check(t, c.URL(i))
+	}
+}
+
+// waitAcked waits until the counters have at least n acknowledged
+// increments.
+func waitAcked(t *testing.T, ctr *ifMatchCounters, n int) {
+	t.Helper()
+	testcluster.WaitFor(t, 60*time.Second, fmt.Sprintf("%d increments acknowledged", n), func() error {
+		if got := ctr.total(); got < n {
+			return fmt.Errorf("%d acknowledged", got)
+		}
+		return nil
+	})
+}
