@@ -119,6 +119,7 @@ func (n *Node) runFreshness(ctx context.Context) {
 	// then lack writes their peers took. A lapse that is only a leader
 	// election, while replication ran on, is not one.
 	cutOff := false
+	alone := false     // during the lapse this node heard no other node
 	refused := false   // see refusedWhileStale
 	marked := false    // the replicas were marked behind for this lapse
 	last := time.Now() // when the previous check returned
@@ -150,7 +151,7 @@ func (n *Node) runFreshness(ctx context.Context) {
 			cutOff = true
 		}
 		if err != nil && n.health.heardNone(freshFor) {
-			cutOff = true
+			cutOff, alone = true, true
 		}
 		markBehind()
 		if n.staleRefusals.Swap(false) {
@@ -165,10 +166,18 @@ func (n *Node) runFreshness(ctx context.Context) {
 			if ((!n.fresh.fresh() && cutOff) || refused || marked) && n.ready.Load() {
 				// Back in touch: the replicas' peers may hold writes these
 				// lack. Marked before the node serves again.
-				n.logger.Info("node is back in touch with the cluster; its replicas catch up with their peers")
+				n.logger.Info("node is back in touch with the cluster; its replicas catch up with their peers", "heard_none", alone)
+				if alone {
+					// Every peer looks down from here only because this
+					// node was cut off: a catch-up that skipped them
+					// would serve without the writes they took
+					// meanwhile. Count them as at a start instead.
+					n.rejoined.Store(time.Now().UnixNano())
+					n.health.forgetSilence()
+				}
 				n.kickCatchUps()
 			}
-			cutOff, refused, marked = false, false, false
+			cutOff, alone, refused, marked = false, false, false, false
 			n.fresh.confirm(asOf)
 			leaderless = time.Time{}
 		case ctx.Err() != nil:

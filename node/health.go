@@ -139,6 +139,22 @@ func (h *health) markDown(tag string) {
 	h.mu.Unlock()
 }
 
+// forgetSilence forgets when each other node was last heard from, as if
+// this node had just started: it heard none of them because it was cut
+// off, and their silence says nothing of whether they run. A node not
+// heard from again is counted down only once a request finds it
+// unreachable after the bus routes had time to reconnect (see
+// routesSettled), the way a just-started node counts its peers.
+func (h *health) forgetSilence() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for tag := range h.seen {
+		if tag != h.self {
+			delete(h.seen, tag)
+		}
+	}
+}
+
 // up reports whether tag was heard from recently (this node always is).
 func (h *health) up(tag string) bool {
 	if tag == h.self {

@@ -68,6 +68,10 @@ type Node struct {
 	metrics *metrics // GET /metrics
 
 	started time.Time
+	// rejoined is when (Unix ns) the node last came back in touch after
+	// hearing no other node: its bus routes reconnect from then on, as at
+	// a start (see routesSettled).
+	rejoined atomic.Int64
 	// maxDocBytes is http.max-document-bytes, or less if the bus's messages
 	// cannot carry a document that large.
 	maxDocBytes int64

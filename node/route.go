@@ -308,15 +308,16 @@ func (n *Node) attempt(ctx context.Context, db string, shard int, tag string, re
 	}
 }
 
-// routesSettled reports whether this node started long enough ago that a
-// request no node answers (no responders) means the node it went to is
-// down. Until then, its embedded bus server's routes to the others may
-// still be connecting, and every node looks unreachable: a restarted node
-// so marked the first member of each shard down and sent its first writes
-// to the second, while the other routers sent theirs to the first, and an
-// If-Match write could be taken by both (see peerReachWait).
+// routesSettled reports whether this node started, or came back in touch
+// after hearing no other node, long enough ago that a request no node
+// answers (no responders) means the node it went to is down. Until then,
+// its embedded bus server's routes to the others may still be connecting,
+// and every node looks unreachable: a restarted node so marked the first
+// member of each shard down and sent its first writes to the second, while
+// the other routers sent theirs to the first, and an If-Match write could
+// be taken by both (see peerReachWait).
 func (n *Node) routesSettled() bool {
-	return time.Since(n.started) >= peerReachWait
+	return time.Since(n.started) >= peerReachWait && time.Since(time.Unix(0, n.rejoined.Load())) >= peerReachWait
 }
 
 // closedAsUnavailable turns a local replica's ErrClosed (it closed while
