@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/shardnode/shardnode/bucket"
+	"github.com/shardnode/shardnode/changevector"
 	"github.com/shardnode/shardnode/document"
 	"github.com/shardnode/shardnode/raftfsm"
 	"github.com/shardnode/shardnode/replication"
@@ -293,7 +294,26 @@ func (l *localReplica) write(ctx context.Context, ops []storage.Op, wc writeConc
 	}
 	wctx, cancel := context.WithTimeout(ctx, wc.Timeout)
 	defer cancel()
-	if have, err := l.rep.WaitReplicas(wctx, last, wc.Replicas); err != nil {
+	changes := make([]replication.Written, 0, len(res))
+	for _, r := range res {
+		if r.Etag == 0 {
+			continue
+		}
+		cv, err := changevector.Parse(r.ChangeVector)
+		if err != nil {
+			return nil, fmt.Errorf("change vector of %q: %w", r.ID, err)
+		}
+		changes = append(changes, replication.Written{Etag: r.Etag, ID: r.ID, Version: cv.Version})
+	}
+	if have, err := l.rep.WaitReplicas(wctx, changes, wc.Replicas); err != nil {
+		if errors.Is(err, replication.ErrSuperseded) {
+			// Not a success: the documents do not hold this write, and a
+			// client reading them again (an If-Match retry) sees the
+			// winner. Before, the peer's ack counted and both concurrent
+			// writes were acknowledged, with waitForReplicas=2 too.
+			return nil, &apiError{Status: http.StatusConflict, Type: "ConcurrentWriteWon",
+				Msg: fmt.Sprintf("the write is durable on node %s, but %v; the documents hold the winner, this write is only in /databases/%s/conflicts", l.node(), err, l.db)}
+		}
 		return nil, &apiError{Status: http.StatusGatewayTimeout, Type: "ReplicationTimeout",
 			Msg: fmt.Sprintf("the write is durable on node %s but only %d of the %d replicas asked for (waitForReplicas) held it within %v", l.node(), have, wc.Replicas, wc.Timeout)}
 	}
@@ -916,8 +936,10 @@ func (n *Node) registerShardRPC() {
 		if err != nil {
 			return nil, err
 		}
-		etag, err := replication.Apply(ctx, l.s, b)
-		return replication.ProgressReply{Etag: etag}, err
+		if l.rep != nil {
+			return l.rep.Apply(ctx, b)
+		}
+		return replication.Apply(ctx, l.s, b)
 	}
 }
 
@@ -1021,30 +1043,30 @@ func (t busTransport) MaxBatchBytes() int {
 	return int(t.n.bus.nc.MaxPayload()) - busMessageSlack
 }
 
-func (t busTransport) Send(ctx context.Context, peer string, b *replication.Batch) (uint64, error) {
+func (t busTransport) Send(ctx context.Context, peer string, b *replication.Batch) (*replication.ProgressReply, error) {
 	if err := t.errStarting(); err != nil {
-		return 0, err
+		return nil, err
 	}
 	rec := t.n.recordOf(b.DB)
 	if rec == nil {
-		return 0, fmt.Errorf("database %q is gone from node %s's records: %w", b.DB, t.n.cfg.Node.Tag, replication.ErrNotReady)
+		return nil, fmt.Errorf("database %q is gone from node %s's records: %w", b.DB, t.n.cfg.Node.Tag, replication.ErrNotReady)
 	}
 	reshardCluster{t.n}.Failpoint(ctx, "replication/before-send") // tests: replication that lags
 	data, err := b.MarshalBinary()
 	if err != nil {
-		return 0, fmt.Errorf("encode replication batch: %w", err)
+		return nil, fmt.Errorf("encode replication batch: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	raw, err := t.n.callRawWith(ctx, peer, "repl.batch", data, map[string]string{createdHeader: strconv.FormatUint(rec.CreatedIndex, 10)})
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	var r replication.ProgressReply
 	if err := json.Unmarshal(raw, &r); err != nil {
-		return 0, fmt.Errorf("decode repl.batch reply from %s: %w", peer, err)
+		return nil, fmt.Errorf("decode repl.batch reply from %s: %w", peer, err)
 	}
-	return r.Etag, nil
+	return &r, nil
 }
 
 // retryable reports whether a failed shard request surely did not execute,

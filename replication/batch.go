@@ -62,17 +62,37 @@ type ProgressReply struct {
 	// format 1). A sender checks the receiver for holes (Batch.After) only
 	// when it takes format 2.
 	BatchFormat int `json:"BatchFormat,omitempty"`
+	// Lost lists, in answers to a batch, its items that lost a conflict
+	// with the receiver's own version (storage.Result.Lost): the receiver
+	// holds them only in its conflict log. A write waiting for replicas
+	// must not count such a receiver as holding it. Empty from older
+	// nodes.
+	Lost []LostItem `json:"Lost,omitempty"`
+
+	// superseded are the receiver's own versions that lost a conflict to
+	// the batch's items (storage.Result.Superseded), for its Replicator
+	// (see Replicator.Apply); not sent.
+	superseded []conflictLoss
+}
+
+// LostItem is a batch item that lost a conflict on the receiver.
+type LostItem struct {
+	// Index is the item's position in the batch.
+	Index int `json:"Index"`
+	// Winner is the version part of the receiver's version that won,
+	// before the two were merged: the writes it does not cover are lost.
+	Winner string `json:"Winner"`
 }
 
 // Apply applies a batch to the receiving replica and returns the source
 // etag it now holds. Items and progress commit together.
-func Apply(ctx context.Context, s *storage.Store, b *Batch) (uint64, error) {
+func Apply(ctx context.Context, s *storage.Store, b *Batch) (ProgressReply, error) {
 	have := s.ReplicationProgress(b.Source)
 	if b.LastEtag <= have {
-		return have, nil // a resend of what we hold
+		return ProgressReply{Etag: have}, nil // a resend of what we hold
 	}
 	if b.After > have {
-		return have, nil // items before After are missing here: resend from have
+		return ProgressReply{Etag: have}, nil // items before After are missing here: resend from have
 	}
 	ops := make([]storage.Op, 0, len(b.Items)+1)
 	for _, it := range b.Items {
@@ -80,8 +100,23 @@ func Apply(ctx context.Context, s *storage.Store, b *Batch) (uint64, error) {
 			ChangeVector: it.ChangeVector, LastModified: it.LastModified, Flags: it.Flags, Source: b.Source})
 	}
 	ops = append(ops, storage.Op{Kind: storage.OpSetProgress, Source: b.Source, Etag: b.LastEtag})
-	if _, err := s.Write(ctx, ops); err != nil {
-		return have, fmt.Errorf("apply batch from %s (%s) up to etag %d: %w", b.SourceTag, b.Source, b.LastEtag, err)
+	res, err := s.Write(ctx, ops)
+	if err != nil {
+		return ProgressReply{Etag: have}, fmt.Errorf("apply batch from %s (%s) up to etag %d: %w", b.SourceTag, b.Source, b.LastEtag, err)
 	}
-	return b.LastEtag, nil
+	reply := ProgressReply{Etag: b.LastEtag}
+	for i := range b.Items {
+		if i >= len(res) {
+			break
+		}
+		switch r := res[i]; {
+		case r.Lost:
+			reply.Lost = append(reply.Lost, LostItem{Index: i, Winner: r.WinnerVersion})
+		case r.Superseded:
+			if l, err := newConflictLoss(r.ID, r.LoserVersion, r.WinnerVersion); err == nil {
+				reply.superseded = append(reply.superseded, l)
+			}
+		}
+	}
+	return reply, nil
 }

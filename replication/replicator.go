@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shardnode/shardnode/changevector"
 	"github.com/shardnode/shardnode/storage"
 )
 
@@ -17,8 +18,9 @@ type Transport interface {
 	// Progress asks peer how far its replica applied source's feed; the
 	// reply also names the peer replica's database id.
 	Progress(ctx context.Context, peer string, req *ProgressRequest) (*ProgressReply, error)
-	// Send delivers a batch to peer's replica and returns its progress.
-	Send(ctx context.Context, peer string, b *Batch) (uint64, error)
+	// Send delivers a batch to peer's replica and returns its progress and
+	// the items it kept only as conflict losers.
+	Send(ctx context.Context, peer string, b *Batch) (*ProgressReply, error)
 }
 
 // Limits of one batch.
@@ -64,6 +66,9 @@ type Replicator struct {
 	// Wrote): what its peers must hold before another member takes the
 	// shard's writes in its place.
 	wrote uint64
+	// superseded holds this replica's own versions that lost a conflict
+	// to a replicated item (see Apply).
+	superseded losses
 }
 
 type sender struct {
@@ -72,7 +77,81 @@ type sender struct {
 	done   chan struct{}
 	acked  uint64
 	err    string
+	// lost holds, by document id, the items the peer kept only as
+	// conflict losers (ProgressReply.Lost).
+	lost losses
 }
+
+// lostKept is how long a conflict loss is remembered: longer than any
+// write waits for replicas.
+const lostKept = 5 * time.Minute
+
+// conflictLoss is one conflict a version lost: the writes in the loser's
+// history that the winner's does not cover are superseded.
+type conflictLoss struct {
+	id            string
+	loser, winner changevector.Vector
+	at            time.Time
+}
+
+func newConflictLoss(id, loser, winner string) (conflictLoss, error) {
+	l, err := changevector.ParseVector(loser)
+	if err != nil {
+		return conflictLoss{}, err
+	}
+	w, err := changevector.ParseVector(winner)
+	if err != nil {
+		return conflictLoss{}, err
+	}
+	return conflictLoss{id: id, loser: l, winner: w, at: time.Now()}, nil
+}
+
+// supersedes reports whether the loss takes the write of version v away.
+func (l conflictLoss) supersedes(v changevector.Vector) bool {
+	return l.loser.Covers(v) && !l.winner.Covers(v)
+}
+
+// losses are conflict losses by document id.
+type losses map[string][]conflictLoss
+
+// add records l, forgetting what is older than lostKept.
+func (ls losses) add(l conflictLoss) {
+	for id, list := range ls {
+		list = slices.DeleteFunc(list, func(o conflictLoss) bool { return l.at.Sub(o.at) > lostKept })
+		if len(list) == 0 {
+			delete(ls, id)
+		} else {
+			ls[id] = list
+		}
+	}
+	ls[l.id] = append(ls[l.id], l)
+}
+
+// supersede reports whether a recorded loss takes w away.
+func (ls losses) supersede(w Written) bool {
+	for _, l := range ls[w.ID] {
+		if l.supersedes(w.Version) {
+			return true
+		}
+	}
+	return false
+}
+
+// Written is one change of a local write that waits for replicas.
+type Written struct {
+	// Etag is the change's local etag.
+	Etag uint64
+	// ID is the document's id.
+	ID string
+	// Version is the version part of its change vector.
+	Version changevector.Vector
+}
+
+// ErrSuperseded means a write waiting for replicas lost a conflict on a
+// peer replica: a concurrent write of the same document, taken by another
+// replica, won there, and wins on every replica (resolution is the same
+// everywhere). The write is durable, but only in the conflict log.
+var ErrSuperseded = errors.New("a concurrent write of the same document on another replica won")
 
 // New returns a Replicator for store, the replica of db's shard.
 func New(store *storage.Store, db string, shard int, t Transport, logger *slog.Logger) *Replicator {
@@ -150,18 +229,39 @@ func (r *Replicator) Status() []PeerStatus {
 }
 
 // WaitReplicas waits until n replicas (this one included) hold the local
-// change with etag, and returns how many do when it gives up.
-func (r *Replicator) WaitReplicas(ctx context.Context, etag uint64, n int) (int, error) {
+// changes of one write, and returns how many do when it gives up. A
+// replica where a concurrent version of the same document won a conflict
+// over one of them (or over a later local version that includes it) does
+// not hold it: the wait ends at once with ErrSuperseded.
+func (r *Replicator) WaitReplicas(ctx context.Context, changes []Written, n int) (int, error) {
+	var etag uint64
+	for _, w := range changes {
+		etag = max(etag, w.Etag)
+	}
 	for {
 		r.mu.Lock()
 		have := 1
+		lost := ""
+		for _, w := range changes {
+			if r.superseded.supersede(w) {
+				lost = "this one"
+			}
+		}
 		for _, s := range r.senders {
+			for _, w := range changes {
+				if s.lost.supersede(w) {
+					lost = "on node " + s.peer
+				}
+			}
 			if s.acked >= etag {
 				have++
 			}
 		}
 		ch := r.acked
 		r.mu.Unlock()
+		if lost != "" {
+			return 1, fmt.Errorf("shard %d: the replica %s resolved a conflict against the write: %w", r.shard, lost, ErrSuperseded)
+		}
 		if have >= n {
 			return have, nil
 		}
@@ -309,8 +409,8 @@ func (r *Replicator) run(ctx context.Context, s *sender) {
 			continue
 		}
 		backoff.reset()
-		progress = p // lower than sent when the peer lacks what came before: resend from there
-		r.ack(s, p)
+		progress = p.Etag // lower than sent when the peer lacks what came before: resend from there
+		r.ackBatch(s, p, b)
 	}
 }
 
@@ -347,6 +447,53 @@ func (r *Replicator) nextBatch(progress uint64, peerDB string, peerFormat int) (
 		size += n
 	}
 	return b, nil
+}
+
+// Apply applies a batch from a peer to this replica (see Apply) and
+// remembers which of this replica's own versions lost a conflict to it, so
+// that a write waiting for replicas (WaitReplicas) learns it was
+// superseded even when the winner arrived before its own item reached the
+// peer, and the peer then received the winner in its place.
+func (r *Replicator) Apply(ctx context.Context, b *Batch) (ProgressReply, error) {
+	reply, err := Apply(ctx, r.store, b)
+	if len(reply.superseded) > 0 {
+		r.mu.Lock()
+		if r.superseded == nil {
+			r.superseded = losses{}
+		}
+		for _, l := range reply.superseded {
+			r.superseded.add(l)
+		}
+		r.bump()
+		r.mu.Unlock()
+	}
+	return reply, err
+}
+
+// ackBatch records the peer's answer to batch b: its progress, and the
+// items it kept only as conflict losers.
+func (r *Replicator) ackBatch(s *sender, p *ProgressReply, b *Batch) {
+	if len(p.Lost) > 0 {
+		r.mu.Lock()
+		if s.lost == nil {
+			s.lost = losses{}
+		}
+		for _, li := range p.Lost {
+			if li.Index < 0 || li.Index >= len(b.Items) {
+				continue
+			}
+			it := b.Items[li.Index]
+			cv, err := changevector.Parse(it.ChangeVector)
+			if err != nil {
+				continue
+			}
+			if l, err := newConflictLoss(it.ID, cv.Version.String(), li.Winner); err == nil {
+				s.lost.add(l)
+			}
+		}
+		r.mu.Unlock()
+	}
+	r.ack(s, p.Etag)
 }
 
 // ack records what the peer answers it holds. The answer is the truth even

@@ -1,6 +1,7 @@
 package replication
 
 import (
+	"errors"
 	"context"
 	"fmt"
 	"strings"
@@ -8,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardnode/shardnode/changevector"
 	"github.com/shardnode/shardnode/storage"
 )
 
@@ -19,6 +21,8 @@ type memTransport struct {
 	down   map[string]bool
 	old    bool // peers answer as nodes that know only batch format 1
 	sent   []*Batch
+	// reps, when set, apply batches to their replicas (Replicator.Apply)
+	reps map[string]*Replicator
 }
 
 func (m *memTransport) format() int {
@@ -45,15 +49,23 @@ func (m *memTransport) Progress(_ context.Context, peer string, req *ProgressReq
 	return &ProgressReply{Etag: s.ReplicationProgress(req.Source), DatabaseID: s.DatabaseID(), BatchFormat: m.format()}, nil
 }
 
-func (m *memTransport) Send(ctx context.Context, peer string, b *Batch) (uint64, error) {
+func (m *memTransport) Send(ctx context.Context, peer string, b *Batch) (*ProgressReply, error) {
 	s, err := m.peer(peer)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	m.mu.Lock()
 	m.sent = append(m.sent, b)
 	m.mu.Unlock()
-	return Apply(ctx, s, b)
+	m.mu.Lock()
+	rep := m.reps[peer]
+	m.mu.Unlock()
+	if rep != nil {
+		r, err := rep.Apply(ctx, b)
+		return &r, err
+	}
+	r, err := Apply(ctx, s, b)
+	return &r, err
 }
 
 func open(t *testing.T, tag string) *storage.Store {
@@ -105,7 +117,7 @@ func TestReplicatorConvergesAndResumes(t *testing.T) {
 	}
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if n, err := reps["A"].WaitReplicas(wctx, res[0].Etag, 3); err != nil || n != 3 {
+	if n, err := reps["A"].WaitReplicas(wctx, written(t, res), 3); err != nil || n != 3 {
 		t.Fatalf("WaitReplicas: %d %v", n, err)
 	}
 	// Cut C off; write on A and B; C holds nothing new.
@@ -121,7 +133,7 @@ func TestReplicatorConvergesAndResumes(t *testing.T) {
 	short, cancel2 := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel2()
 	last := tr.stores["A"].LastEtag()
-	if n, err := reps["A"].WaitReplicas(short, last, 3); err == nil || n != 2 {
+	if n, err := reps["A"].WaitReplicas(short, []Written{{Etag: last}}, 3); err == nil || n != 2 {
 		t.Fatalf("WaitReplicas with C down: %d %v", n, err)
 	}
 	// C returns: it catches up from its durable progress.
@@ -180,7 +192,7 @@ type smallTransport struct {
 
 func (s *smallTransport) MaxBatchBytes() int { return s.limit }
 
-func (s *smallTransport) Send(ctx context.Context, peer string, b *Batch) (uint64, error) {
+func (s *smallTransport) Send(ctx context.Context, peer string, b *Batch) (*ProgressReply, error) {
 	n := 0
 	for _, it := range b.Items {
 		n += len(it.Body)
@@ -242,7 +254,7 @@ func (f *countingFrom) Progress(ctx context.Context, peer string, req *ProgressR
 	return f.c.memTransport.Progress(ctx, peer, req)
 }
 
-func (f *countingFrom) Send(ctx context.Context, peer string, b *Batch) (uint64, error) {
+func (f *countingFrom) Send(ctx context.Context, peer string, b *Batch) (*ProgressReply, error) {
 	f.c.mu.Lock()
 	f.c.sent[f.src+"->"+peer] += len(b.Items)
 	f.c.mu.Unlock()
@@ -269,7 +281,7 @@ func TestNoEcho(t *testing.T) {
 	// B's link to A moves past A's items without sending them.
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if n, err := rb.WaitReplicas(wctx, b.LastEtag(), 2); err != nil || n != 2 {
+	if n, err := rb.WaitReplicas(wctx, []Written{{Etag: b.LastEtag()}}, 2); err != nil || n != 2 {
 		t.Fatalf("B's feed acknowledged by A: %d %v", n, err)
 	}
 	// B changes one: that one goes to A.
@@ -327,15 +339,15 @@ func TestBatchWithHoleIsNotApplied(t *testing.T) {
 	b := &Batch{DB: "db", Source: "sourcedatabaseid0000000", SourceTag: "A", After: 10, LastEtag: 12,
 		Items: []Item{{ID: "k11", ChangeVector: "A:11-sourcedatabaseid0000000", LastModified: time.Now(), Body: []byte(`{}`)}}}
 	got, err := Apply(ctx, s, b)
-	if err != nil || got != 0 {
-		t.Fatalf("Apply: %d %v, want 0", got, err)
+	if err != nil || got.Etag != 0 {
+		t.Fatalf("Apply: %d %v, want 0", got.Etag, err)
 	}
 	if n := s.Stats().DocumentsCount; n != 0 || s.ReplicationProgress(b.Source) != 0 {
 		t.Fatalf("a batch with a hole wrote %d documents, progress %d", n, s.ReplicationProgress(b.Source))
 	}
 	b.After = 0
-	if got, err := Apply(ctx, s, b); err != nil || got != 12 {
-		t.Fatalf("Apply from 0: %d %v", got, err)
+	if got, err := Apply(ctx, s, b); err != nil || got.Etag != 12 {
+		t.Fatalf("Apply from 0: %d %v", got.Etag, err)
 	}
 }
 
@@ -406,4 +418,87 @@ func TestWaitWritesWaitsForEveryPeerNotSkipped(t *testing.T) {
 			t.Errorf("%s does not hold the write WaitWrites waited for", p)
 		}
 	}
+}
+
+// TestConcurrentWritesOnlyTheWinnerCountsReplicas: two replicas each take
+// writes of the same document while cut off from each other (A two, B
+// one), and each waits for both replicas to hold its writes. When the link returns, the
+// later write wins on both; the replica that kept the earlier one only as
+// a conflict loser does not count as holding it: that wait ends with
+// ErrSuperseded, and only the winner's wait succeeds. Before, both
+// succeeded, and a client was told its write was on two replicas while
+// every replica held the other one.
+func TestConcurrentWritesOnlyTheWinnerCountsReplicas(t *testing.T) {
+	ctx := context.Background()
+	tr := &memTransport{stores: map[string]*storage.Store{"A": open(t, "A"), "B": open(t, "B")}, down: map[string]bool{"A": true, "B": true}}
+	reps := map[string]*Replicator{}
+	for tag, peer := range map[string]string{"A": "B", "B": "A"} {
+		r := New(tr.stores[tag], "db", 0, tr, nil)
+		r.SetPeers([]string{peer})
+		reps[tag] = r
+		t.Cleanup(r.Close)
+	}
+	tr.mu.Lock()
+	tr.reps = reps
+	tr.mu.Unlock()
+	write := func(tag, v string) []Written {
+		res, err := tr.stores[tag].Write(ctx, []storage.Op{{Kind: storage.OpPut, ID: "x", Body: []byte(`{"v":"` + v + `"}`)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return written(t, res)
+	}
+	early := write("A", "a")
+	// A writes the document again: the first write's version is only in
+	// the second's history, and the second's loss takes both away.
+	again := write("A", "a2")
+	time.Sleep(2 * time.Millisecond) // distinct modification times: B's is later
+	late := write("B", "b")
+	type result struct {
+		n   int
+		err error
+	}
+	wait := func(tag string, w []Written) chan result {
+		ch := make(chan result, 1)
+		go func() {
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			n, err := reps[tag].WaitReplicas(wctx, w, 2)
+			ch <- result{n, err}
+		}()
+		return ch
+	}
+	chA, chA2, chB := wait("A", early), wait("A", again), wait("B", late)
+	tr.mu.Lock()
+	tr.down = map[string]bool{}
+	tr.mu.Unlock()
+	if r := <-chA; !errors.Is(r.err, ErrSuperseded) {
+		t.Errorf("the first earlier write's wait: %d %v, want ErrSuperseded", r.n, r.err)
+	}
+	if r := <-chA2; !errors.Is(r.err, ErrSuperseded) {
+		t.Errorf("the second earlier write's wait: %d %v, want ErrSuperseded", r.n, r.err)
+	}
+	if r := <-chB; r.err != nil || r.n != 2 {
+		t.Errorf("the later write's wait: %d %v, want 2 replicas", r.n, r.err)
+	}
+	for tag, s := range tr.stores {
+		waitFor(t, tag+" to hold the later write", func() bool {
+			d, err := s.Get("x")
+			return err == nil && d != nil && string(d.Body) == `{"v":"b"}`
+		})
+	}
+}
+
+// written describes a write's results for WaitReplicas.
+func written(t *testing.T, res []storage.Result) []Written {
+	t.Helper()
+	var out []Written
+	for _, r := range res {
+		cv, err := changevector.Parse(r.ChangeVector)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, Written{Etag: r.Etag, ID: r.ID, Version: cv.Version})
+	}
+	return out
 }

@@ -107,6 +107,18 @@ type Result struct {
 	Skipped bool
 	// Conflict reports a replicated item concurrent with the local one.
 	Conflict bool
+	// Lost reports a replicated item that lost such a conflict: the
+	// replica keeps its own version, and the incoming one is only in the
+	// conflict log. Resolution is the same on every replica, so the writes
+	// in the losing version's history that the winner lacks are
+	// superseded everywhere.
+	Lost bool
+	// Superseded reports a replicated item that won such a conflict over
+	// the replica's own version, which went to the conflict log.
+	Superseded bool
+	// LoserVersion and WinnerVersion are, when Lost or Superseded, the
+	// version parts of the two versions before they were merged.
+	LoserVersion, WinnerVersion string
 }
 
 // ConcurrencyError means an If-Match change vector did not match.
@@ -796,7 +808,16 @@ func (g *round) applyReplicated(parent *round, op Op) (Result, error) {
 	if d.loser == nil {
 		d.doc.Origin = op.Source // stored as the sender holds it
 	}
-	return g.storeIncoming(parent, cur, d, res)
+	res, err = g.storeIncoming(parent, cur, d, res)
+	if err == nil && d.loser != nil {
+		res.Lost, res.Superseded = d.loser == incoming, d.loser != incoming
+		local, remote := d.prev.String(), in.Version.String()
+		res.LoserVersion, res.WinnerVersion = remote, local
+		if res.Superseded {
+			res.LoserVersion, res.WinnerVersion = local, remote
+		}
+	}
+	return res, err
 }
 
 // applyMigrated stores an item sent by a bucket migration: it keeps its

@@ -115,6 +115,9 @@ func (c *ifMatchCounters) check(t testing.TB, url string) {
 		n := int(r["Results"].([]any)[0].(map[string]any)["N"].(float64))
 		if n < total || n > total+c.unknown[k] {
 			t.Errorf("%s ends at N=%d after %d acknowledged increments (%d of unknown outcome)", id, n, total, c.unknown[k])
+			for v := n; v <= total; v++ {
+				t.Logf("%s N=%d: %q", id, v, c.how[k][v])
+			}
 		}
 		t.Logf("%s: N=%d, %d increments acknowledged, %d unknown", id, n, total, c.unknown[k])
 	}

@@ -101,3 +101,71 @@ func waitAcked(t *testing.T, ctr *ifMatchCounters, n int) {
 		return nil
 	})
 }
+
+// TestLinkCutBetweenTwoNodes cuts the link between two nodes only, both
+// still reaching the third: first two followers, then the raft leader and
+// a follower. Raft keeps or elects a leader the third node hears, so both
+// cut nodes may stay current; the bus does not relay through the third, so
+// each sees the other down, and for the shard both hold each would take
+// writes the other cannot see. Clients make If-Match increments with
+// waitForReplicas=2 through every node: no value may be acknowledged
+// twice, writes to the shards the cut does not split go on, and after the
+// heal the replicas converge and every counter ends at its acknowledged
+// increments.
+func TestLinkCutBetweenTwoNodes(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		pair func(leader int) (int, int)
+	}{
+		{"followers", func(l int) (int, int) { return (l + 1) % 3, (l + 2) % 3 }},
+		{"leader-and-follower", func(l int) (int, int) { return l, (l + 1) % 3 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := testcluster.Start(t, testcluster.Options{Nodes: 3, CuttableLinks: true})
+			A := c.URL(0)
+			testcluster.Must(t, 201, "PUT", A+"/admin/databases/db", `{"Shards":3,"ReplicationFactor":2}`)
+			members := shardMembers(t, A, "db")
+			// Two counters per shard.
+			var ids []string
+			perShard := map[int]int{}
+			for i := 0; len(ids) < 6; i++ {
+				id := fmt.Sprintf("counter/%d", i)
+				if _, s := bucketOf(t, A, "db", id); perShard[s] < 2 {
+					perShard[s]++
+					ids = append(ids, id)
+				}
+			}
+			ctr := newCounters(t, A, "db", ids)
+			ctr.params = "&waitForReplicas=2"
+			i, j := tc.pair(c.Leader())
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			runClients(&wg, 8, 2, stop, func(rnd *rand.Rand) {
+				ctr.increment(t, rnd, func() string { return c.URL(rnd.IntN(3)) })
+			})
+			waitAcked(t, ctr, 20)
+			c.Cut(i, j)
+			t.Logf("cut %s-%s; shards %v", c.Members[i].Tag, c.Members[j].Tag, members)
+			// Increments of the counters on shards the cut does not split
+			// go on.
+			before := ctr.total()
+			waitAcked(t, ctr, before+20)
+			c.Heal()
+			waitAcked(t, ctr, ctr.total()+20)
+			close(stop)
+			wg.Wait()
+			testcluster.WaitFor(t, 60*time.Second, "the replicas to converge", func() error { return converged(t, c, "db") })
+			for k := range c.Members {
+				ctr.check(t, c.URL(k))
+			}
+			if t.Failed() {
+				for s, tags := range members {
+					for _, tag := range tags {
+						r, _ := testcluster.Do("GET", fmt.Sprintf("%s/databases/db$%d/conflicts", memberByTag(c, tag).URL(), s), "")
+						t.Logf("conflicts of shard %d on %s: %s", s, tag, r.Body)
+					}
+				}
+			}
+		})
+	}
+}
