@@ -1,8 +1,8 @@
 package replication
 
 import (
-	"errors"
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"

@@ -123,10 +123,12 @@ type links struct {
 	// out[i][j] are member i's ways to member j.
 	out [][]*memberLink
 	// advertise[j] is the route address member j's NATS server gives its
-	// peers to pass on, so that a route one learns from another goes
-	// through a proxy too: it is cut while j has any link cut.
+	// peers to pass on. It refuses every connection: a server connects to
+	// a peer it learns of from another (an implicit route) at that
+	// address, and such a route would go around the proxies of the pair,
+	// so only the routes each server is given (nats.routes, through the
+	// pair's proxies) connect.
 	advertise []*proxy
-	cut       map[[2]int]bool
 }
 
 // memberLink is how one member reaches another: its raft transport, its
@@ -142,7 +144,7 @@ func (l *memberLink) proxies() []*proxy { return []*proxy{l.raft, l.nats, l.http
 func (c *Cluster) startLinks() {
 	t := c.t
 	n := len(c.Members)
-	l := &links{out: make([][]*memberLink, n), cut: map[[2]int]bool{}}
+	l := &links{out: make([][]*memberLink, n)}
 	c.links = l
 	t.Cleanup(l.close)
 	mk := func(port int) *proxy {
@@ -159,7 +161,9 @@ func (c *Cluster) startLinks() {
 				l.out[i][j] = &memberLink{raft: mk(to.RaftPort), nats: mk(to.NATSClusterPort), http: mk(to.HTTPPort)}
 			}
 		}
-		l.advertise = append(l.advertise, mk(c.Members[i].NATSClusterPort))
+		adv := mk(c.Members[i].NATSClusterPort)
+		adv.setCut(true)
+		l.advertise = append(l.advertise, adv)
 	}
 }
 
@@ -182,25 +186,10 @@ func (l *links) close() {
 func (l *links) set(i, j int, cut bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	a, b := min(i, j), max(i, j)
-	if cut {
-		l.cut[[2]int{a, b}] = true
-	} else {
-		delete(l.cut, [2]int{a, b})
-	}
 	for _, ml := range []*memberLink{l.out[i][j], l.out[j][i]} {
 		for _, p := range ml.proxies() {
 			p.setCut(cut)
 		}
-	}
-	for k, p := range l.advertise {
-		involved := false
-		for pair := range l.cut {
-			if pair[0] == k || pair[1] == k {
-				involved = true
-			}
-		}
-		p.setCut(involved)
 	}
 }
 
