@@ -1,11 +1,13 @@
 package node
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/shardnode/shardnode/raftfsm"
+	"github.com/shardnode/shardnode/resharding"
 )
 
 // TestStuckAlertNamesTheNodesItWaitsFor: a stuck migration's alert, and
@@ -32,7 +34,7 @@ func TestStuckAlertNamesTheNodesItWaitsFor(t *testing.T) {
 			ConfirmedSourceCleanup: []string{me}},
 		{Bucket: 5, SourceShard: 0, DestinationShard: 1, Status: raftfsm.MigrationMoved, StatusSince: time.Now(), OperationID: "op"},
 	}
-	v := n.viewOperationOf(shards, op, migs)
+	v := n.viewOperationOf(context.Background(), "db", shards, op, migs)
 	want := []string{
 		"bucket 1 stuck in Moving for …, waiting for node " + me + " to send",
 		"bucket 2 stuck in Moving for …, waiting for nodes Y, Z to send (none is up)",
@@ -55,5 +57,30 @@ func TestStuckAlertNamesTheNodesItWaitsFor(t *testing.T) {
 	}
 	if w := v.Current[4].WaitingFor; strings.Join(w, ",") != "Y,Z,"+me || v.Current[4].Stuck {
 		t.Fatalf("bucket 5, not stuck: waits for %v, stuck %v", w, v.Current[4].Stuck)
+	}
+}
+
+// TestMovingBucketIsStuckOnlyWithoutProgress: how long a sender has made
+// no progress, which decides whether a bucket long in Moving is stuck, is
+// counted from its last stored batch, or from its start before the first.
+func TestMovingBucketIsStuckOnlyWithoutProgress(t *testing.T) {
+	now := time.Now()
+	started := now.Add(-10 * time.Minute)
+	for _, tc := range []struct {
+		name       string
+		lastStored time.Time
+		stuck      bool
+	}{
+		{"a batch stored a second ago", now.Add(-time.Second), false},
+		{"the last batch stored two minutes ago", now.Add(-2 * time.Minute), true},
+		{"no batch stored since the start", time.Time{}, true},
+	} {
+		quiet := sendQuietFor(resharding.SendProgress{Started: started, LastStored: tc.lastStored, Bytes: 1}, now)
+		if got := quiet > resharding.StuckAfter; got != tc.stuck {
+			t.Errorf("%s: quiet for %v, stuck %v, want %v", tc.name, quiet, got, tc.stuck)
+		}
+	}
+	if quiet := sendQuietFor(resharding.SendProgress{Started: now.Add(-time.Second)}, now); quiet > resharding.StuckAfter {
+		t.Errorf("a sender that just started is quiet for %v", quiet)
 	}
 }

@@ -53,7 +53,7 @@ func (n *Node) handleEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	for _, op := range rec.Sharding.Resharding {
-		if !send("operation", rec.Etag, n.viewOperation(rec, op)) {
+		if !send("operation", rec.Etag, n.viewOperation(r.Context(), rec, op)) {
 			return
 		}
 	}
@@ -89,7 +89,7 @@ func (n *Node) handleEvents(w http.ResponseWriter, r *http.Request) {
 					}
 				}
 				for _, op := range cur.Sharding.Resharding {
-					if !send("operation", cur.Etag, n.viewOperation(cur, op)) {
+					if !send("operation", cur.Etag, n.viewOperation(r.Context(), cur, op)) {
 						return
 					}
 				}
@@ -102,7 +102,7 @@ func (n *Node) handleEvents(w http.ResponseWriter, r *http.Request) {
 				case raftfsm.ChangeMigration:
 					ok = send("migration", c.Index, newMigrationEvent(c.Migration, c.Step))
 				case raftfsm.ChangeOperation:
-					ok = send("operation", c.Index, n.viewOperationOf(n.shardsOf(db), c.Operation, c.Migrations))
+					ok = send("operation", c.Index, n.viewOperationOf(r.Context(), db, n.shardsOf(db), c.Operation, c.Migrations))
 				case raftfsm.ChangeDeleted:
 					send("deleted", c.Index, map[string]string{"Database": db})
 					return

@@ -19,6 +19,7 @@ import (
 
 	"github.com/shardnode/shardnode/raftfsm"
 	"github.com/shardnode/shardnode/replication"
+	"github.com/shardnode/shardnode/resharding"
 	"github.com/shardnode/shardnode/storage"
 )
 
@@ -143,6 +144,17 @@ func (rs *replicaSet) forEachAgent(fn func(k replicaKey, a io.Closer)) {
 	for k, a := range rs.agents {
 		fn(k, a)
 	}
+}
+
+// agentOf returns the resharding agent of this node's replica of db's
+// shard, or nil.
+func (rs *replicaSet) agentOf(db string, shard int) *resharding.Agent {
+	rs.mu.RLock()
+	defer rs.mu.RUnlock()
+	if ac, ok := rs.agents[replicaKey{db, shard}].(agentCloser); ok {
+		return ac.a
+	}
+	return nil
 }
 
 // getWithReplicator returns the local replica and its replicator.

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -304,7 +305,59 @@ func (n *Node) waitAllApplied(ctx context.Context, index uint64) error {
 	return nil
 }
 
+// sendProgressRequest asks a node what its sender of a migration has sent.
+type sendProgressRequest struct {
+	DB             string `json:"Db"`
+	Shard          int    `json:"Shard"`
+	Bucket         uint32 `json:"Bucket"`
+	MigrationIndex uint64 `json:"MigrationIndex"`
+}
+
+// sendProgressReply is its answer; Sending is false when the node does not
+// send that migration.
+type sendProgressReply struct {
+	Sending bool `json:"Sending"`
+	resharding.SendProgress
+}
+
+// sendProgress asks tag (this node, or another over the bus) what it has
+// sent of m; false when it does not send m or does not answer in time.
+func (n *Node) sendProgress(ctx context.Context, tag, db string, m *raftfsm.BucketMigration) (resharding.SendProgress, bool) {
+	req := sendProgressRequest{DB: db, Shard: m.SourceShard, Bucket: m.Bucket, MigrationIndex: m.MigrationIndex}
+	if tag == n.cfg.Node.Tag {
+		r := n.localSendProgress(req)
+		return r.SendProgress, r.Sending
+	}
+	ctx, cancel := context.WithTimeout(ctx, sendProgressWait)
+	defer cancel()
+	var r sendProgressReply
+	if err := n.call(ctx, tag, "migration.progress", req, &r); err != nil {
+		return resharding.SendProgress{}, false
+	}
+	return r.SendProgress, r.Sending
+}
+
+// sendProgressWait bounds how long a view of the migrations waits for a
+// sender's progress.
+const sendProgressWait = 500 * time.Millisecond
+
+func (n *Node) localSendProgress(req sendProgressRequest) sendProgressReply {
+	a := n.replicas.agentOf(req.DB, req.Shard)
+	if a == nil {
+		return sendProgressReply{}
+	}
+	p, ok := a.SendProgress(req.Bucket, req.MigrationIndex)
+	return sendProgressReply{Sending: ok, SendProgress: p}
+}
+
 func (n *Node) registerMigrationRPC() {
+	n.rpcHandlers["migration.progress"] = func(ctx context.Context, data []byte) (any, error) {
+		var req sendProgressRequest
+		if err := json.Unmarshal(data, &req); err != nil {
+			return nil, badRequest("decode send progress request: %v", err)
+		}
+		return n.localSendProgress(req), nil
+	}
 	n.rpcHandlers["migration.batch"] = func(ctx context.Context, data []byte) (any, error) {
 		b, err := resharding.DecodeBatch(data)
 		if err != nil {
@@ -418,7 +471,13 @@ type operationView struct {
 type migrationView struct {
 	*raftfsm.BucketMigration
 	InStatusFor string `json:"InStatusFor"`
-	Stuck       bool   `json:"Stuck"`
+	// Stuck: in one status for more than StuckAfter, and, in Moving, with
+	// no batch stored for as long (a large or paced bucket that moves on
+	// is not stuck).
+	Stuck bool `json:"Stuck"`
+	// Sent is, for a bucket in Moving for more than sentShownAfter, what
+	// its sender has sent so far (absent when the sender does not answer).
+	Sent *sentView `json:"Sent,omitempty"`
 	// WaitingFor names the nodes the step waits for (see waitingFor).
 	WaitingFor []string `json:"WaitingFor,omitempty"`
 	waitsTo    string   // what WaitingFor's nodes are to do, for alerts
@@ -426,10 +485,49 @@ type migrationView struct {
 
 // viewMigration is m as the API shows it; shards is the topology of m's
 // database (nil if unknown).
-func (n *Node) viewMigration(shards map[int]*raftfsm.ShardTopology, m *raftfsm.BucketMigration) migrationView {
+func (n *Node) viewMigration(ctx context.Context, db string, shards map[int]*raftfsm.ShardTopology, m *raftfsm.BucketMigration) migrationView {
 	d := time.Since(m.StatusSince)
 	waits, what := n.waitingFor(shards, m)
-	return migrationView{BucketMigration: m, InStatusFor: d.Round(time.Millisecond).String(), Stuck: d > resharding.StuckAfter, WaitingFor: waits, waitsTo: what}
+	v := migrationView{BucketMigration: m, InStatusFor: d.Round(time.Millisecond).String(), Stuck: d > resharding.StuckAfter, WaitingFor: waits, waitsTo: what}
+	// Only a long Moving step asks its sender: short ones (nearly all)
+	// cost no round trip, and the event stream views every step.
+	if m.Status == raftfsm.MigrationMoving && d > sentShownAfter && len(waits) == 1 {
+		if p, ok := n.sendProgress(ctx, waits[0], db, m); ok {
+			quiet := sendQuietFor(p, time.Now())
+			v.Sent = &sentView{Node: waits[0], Documents: p.Documents, Bytes: p.Bytes, Since: p.Started.UTC(), LastStoredAgo: quiet.Round(time.Millisecond).String()}
+			v.Stuck = v.Stuck && quiet > resharding.StuckAfter
+		}
+	}
+	return v
+}
+
+// sendQuietFor is how long a sender has made no progress at now: since
+// the destination stored its last batch, or since it started before the
+// first.
+func sendQuietFor(p resharding.SendProgress, now time.Time) time.Duration {
+	last := p.Started
+	if p.LastStored.After(last) {
+		last = p.LastStored
+	}
+	return now.Sub(last)
+}
+
+// sentShownAfter is how long a bucket is in Moving before its view shows
+// what its sender has sent.
+const sentShownAfter = 2 * time.Second
+
+// sentView is what a bucket's sender has sent of it so far.
+type sentView struct {
+	// Node is the sending node.
+	Node string `json:"Node"`
+	// Documents and Bytes the destination stored.
+	Documents int64 `json:"Documents"`
+	Bytes     int64 `json:"Bytes"`
+	// Since is when this sender started (a replaced sender starts over).
+	Since time.Time `json:"Since"`
+	// LastStoredAgo is how long ago the destination stored its last batch
+	// (or the sender started, before the first).
+	LastStoredAgo string `json:"LastStoredAgo"`
 }
 
 // waitingFor names the nodes m's step waits for, and says for what: in
@@ -473,17 +571,17 @@ func (n *Node) waitingFor(shards map[int]*raftfsm.ShardTopology, m *raftfsm.Buck
 	return nil, ""
 }
 
-func (n *Node) viewOperation(rec *raftfsm.DatabaseRecord, op *raftfsm.ReshardingOperation) operationView {
-	return n.viewOperationOf(rec.Sharding.Shards, op, raftfsm.OperationMigrations(rec, op.ID))
+func (n *Node) viewOperation(ctx context.Context, rec *raftfsm.DatabaseRecord, op *raftfsm.ReshardingOperation) operationView {
+	return n.viewOperationOf(ctx, rec.DatabaseName, rec.Sharding.Shards, op, raftfsm.OperationMigrations(rec, op.ID))
 }
 
 // viewOperationOf is the view of op whose migrations in flight are migs;
 // shards is the database's topology, which names the nodes a stuck step
 // waits for.
-func (n *Node) viewOperationOf(shards map[int]*raftfsm.ShardTopology, op *raftfsm.ReshardingOperation, migs []*raftfsm.BucketMigration) operationView {
+func (n *Node) viewOperationOf(ctx context.Context, db string, shards map[int]*raftfsm.ShardTopology, op *raftfsm.ReshardingOperation, migs []*raftfsm.BucketMigration) operationView {
 	v := operationView{ReshardingOperation: op, Current: []migrationView{}}
 	for _, m := range migs {
-		mv := n.viewMigration(shards, m)
+		mv := n.viewMigration(ctx, db, shards, m)
 		v.Current = append(v.Current, mv)
 		if m.Failures > 0 {
 			v.Alerts = append(v.Alerts, fmt.Sprintf("bucket %d (%s) failing: %s", m.Bucket, m.Status, m.LastError))
@@ -515,12 +613,12 @@ func (n *Node) handleListResharding(w http.ResponseWriter, r *http.Request) {
 	}
 	out := []operationView{}
 	for _, op := range t.rec.Sharding.Resharding {
-		out = append(out, n.viewOperation(t.rec, op))
+		out = append(out, n.viewOperation(r.Context(), t.rec, op))
 	}
 	sortOperations(out)
 	migs := []migrationView{}
 	for _, m := range t.rec.Sharding.BucketMigrations {
-		migs = append(migs, n.viewMigration(t.rec.Sharding.Shards, m))
+		migs = append(migs, n.viewMigration(r.Context(), t.rec.DatabaseName, t.rec.Sharding.Shards, m))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"Operations": out, "BucketMigrations": migs})
 }
@@ -536,7 +634,7 @@ func (n *Node) handleGetResharding(w http.ResponseWriter, r *http.Request) {
 		writeError(w, notFound("OperationNotFound", "no resharding operation %q in %q", r.PathValue("id"), t.rec.DatabaseName))
 		return
 	}
-	writeJSON(w, http.StatusOK, n.viewOperation(t.rec, op))
+	writeJSON(w, http.StatusOK, n.viewOperation(r.Context(), t.rec, op))
 }
 
 // handleCancelResharding stops an operation from starting more bucket
@@ -566,7 +664,7 @@ func (n *Node) handleCancelResharding(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	n.logger.Info("resharding cancelled", "db", rec.DatabaseName, "operation", id, "done", op.BucketsDone, "total", op.BucketsTotal)
-	writeJSON(w, http.StatusOK, n.viewOperation(rec, op))
+	writeJSON(w, http.StatusOK, n.viewOperation(r.Context(), rec, op))
 }
 
 // addShardRequest is POST /admin/databases/{db}/shards' body.

@@ -32,6 +32,9 @@ type Agent struct {
 	tasks    map[taskKey]context.CancelFunc
 	finished map[taskKey]bool
 	wg       sync.WaitGroup
+	// sending holds the senders of the migrations this agent sends now,
+	// by bucket, for SendProgress.
+	sending map[uint32]*sender
 
 	lastSweep time.Time
 	// clean is the state the documents migrator last swept and found
@@ -341,8 +344,21 @@ func (a *Agent) send(ctx context.Context, m raftfsm.BucketMigration) error {
 	// the bucket wait for them (a sender that starts after the flip sends
 	// the snapshot again before the last pass).
 	s := &sender{a: a, m: m, dbid: rec.DatabaseID, inflight: make(chan struct{}, maxInflightBatches),
-		throttle: m.Status == raftfsm.MigrationMoving}
+		throttle: m.Status == raftfsm.MigrationMoving, started: time.Now()}
 	defer s.wg.Wait() // no send outlives the task
+	a.mu.Lock()
+	if a.sending == nil {
+		a.sending = map[uint32]*sender{}
+	}
+	a.sending[m.Bucket] = s
+	a.mu.Unlock()
+	defer func() {
+		a.mu.Lock()
+		if a.sending[m.Bucket] == s {
+			delete(a.sending, m.Bucket)
+		}
+		a.mu.Unlock()
+	}()
 	feed := a.s.LastEtag()
 	err := a.s.IterateBuckets(m.Bucket, m.Bucket, func(d *storage.Document) bool {
 		s.add(d)
@@ -481,10 +497,37 @@ type sender struct {
 
 	inflight chan struct{}
 	wg       sync.WaitGroup
+	started  time.Time
 	mu       sync.Mutex // guards the fields below, written by the sends
 	docs     int64
 	bytes    int64
+	stored   time.Time // when the destination last stored a batch
 	asyncErr error
+}
+
+// SendProgress is what a sender has sent of a bucket so far.
+type SendProgress struct {
+	// Documents and Bytes count the items the destination stored.
+	Documents, Bytes int64
+	// Started is when this sender started; LastStored when the
+	// destination last stored one of its batches (zero: none yet).
+	Started, LastStored time.Time
+}
+
+// SendProgress reports what this agent's sender of the bucket's migration
+// (by its MigrationIndex) has sent so far; false when the agent does not
+// send it. A bucket that moves slowly (a large one, or one paced by the
+// move bandwidth) makes progress that a stuck one does not.
+func (a *Agent) SendProgress(bucket uint32, migrationIndex uint64) (SendProgress, bool) {
+	a.mu.Lock()
+	s := a.sending[bucket]
+	a.mu.Unlock()
+	if s == nil || s.m.MigrationIndex != migrationIndex {
+		return SendProgress{}, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return SendProgress{Documents: s.docs, Bytes: s.bytes, Started: s.started, LastStored: s.stored}, true
 }
 
 func (s *sender) add(d *storage.Document) {
@@ -546,6 +589,7 @@ func (s *sender) flush(ctx context.Context) error {
 		}
 		s.docs += n
 		s.bytes += size
+		s.stored = time.Now()
 	}()
 	return nil
 }

@@ -176,6 +176,13 @@ func TestMovingBucketsBatchesWaitForTheMoveBandwidth(t *testing.T) {
 		}
 	}
 	waitFor("the bucket reported sent", func() bool { return len(c.proposed) > 0 })
+	// What it sent shows, for this migration only.
+	if p, ok := a.SendProgress(b, 7); !ok || p.Documents != 3*batchItems+10 || p.Bytes == 0 || p.LastStored.Before(p.Started) {
+		t.Errorf("SendProgress = %+v, %v; want the %d documents sent", p, ok, 3*batchItems+10)
+	}
+	if _, ok := a.SendProgress(b, 8); ok {
+		t.Error("SendProgress answers for another migration of the bucket")
+	}
 	// A later write goes in a tail pass, while the bucket is still Moving.
 	if _, err := st.Write(context.Background(), []storage.Op{{Kind: storage.OpPut, ID: "late$tenants/7", Collection: "Orders", Body: []byte(`{}`)}}); err != nil {
 		t.Fatal(err)
@@ -200,6 +207,9 @@ func TestMovingBucketsBatchesWaitForTheMoveBandwidth(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the sender made no last pass")
+	}
+	if _, ok := a.SendProgress(b, 7); ok {
+		t.Error("SendProgress answers after the sender ended")
 	}
 	cancel()
 	c.mu.Lock()

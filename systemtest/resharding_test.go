@@ -117,16 +117,18 @@ func TestMoveOneBucket(t *testing.T) {
 }
 
 // TestMoveIsPacedByTheSendLimit moves a bucket of 12 MiB out of a node
-// whose resharding.max-send-bytes-per-sec is 4 MiB/s: the move completes
-// with every document on the destination, and it cannot have taken less
-// than what the limit allows past its burst (4 MiB).
+// whose resharding.max-send-bytes-per-sec is 2 MiB/s: while it moves, the
+// operation shows what the sender has sent (and does not call it stuck);
+// the move completes with every document on the destination, and it
+// cannot have taken less than what the limit allows past its burst
+// (4 MiB, one batch).
 func TestMoveIsPacedByTheSendLimit(t *testing.T) {
-	const rate, burst = 4 << 20, 4 << 20
+	const rate, burst = 2 << 20, 4 << 20 // the burst is at least one batch
 	c := testcluster.Start(t, testcluster.Options{Nodes: 1, MaxSendBytesPerSec: rate})
 	A := c.URL(0)
 	testcluster.Must(t, 201, "PUT", A+"/admin/databases/db", `{"Shards":2,"ReplicationFactor":1}`)
 	pad := strings.Repeat("p", 256<<10)
-	const docs = 48 // of 256 KiB: 12 MiB
+	const docs = 48 // of 256 KiB: 12 MiB, 4 s past the burst
 	for i := 0; i < docs; i += 8 {
 		var cmds []string
 		for j := i; j < i+8; j++ {
@@ -136,6 +138,17 @@ func TestMoveIsPacedByTheSendLimit(t *testing.T) {
 	}
 	b, src := bucketOf(t, A, "db", "tenants/9")
 	id := startReshard(t, A, "db", b, b, 1-src)
+	// A bucket in Moving for more than 2 s shows what its sender sent.
+	testcluster.WaitFor(t, 30*time.Second, "the operation to show what the sender sent", func() error {
+		op := testcluster.Must(t, 200, "GET", A+"/databases/db/resharding/"+id, "").JSON(t)
+		for _, m := range op["CurrentBuckets"].([]any) {
+			mv := m.(map[string]any)
+			if sent, ok := mv["Sent"].(map[string]any); ok && sent["Node"] == "A" && sent["Bytes"].(float64) > 0 && mv["Stuck"] == false {
+				return nil
+			}
+		}
+		return fmt.Errorf("operation %v", op)
+	})
 	op := waitOperation(t, A, "db", id, 60*time.Second)
 	moved := op["BytesMoved"].(float64)
 	if op["DocumentsMoved"] != float64(docs) || moved < docs*256<<10 {

@@ -167,7 +167,7 @@ func renderMigrations(w io.Writer, ms []bucketMigration) {
 		if len(trouble) == 0 {
 			trouble = []string{"-"}
 		}
-		fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%s\t%d\t%s\t%s\n", m.Bucket, m.SourceShard, m.DestinationShard, m.Status, m.InStatusFor, m.MigrationIndex, op, strings.Join(trouble, "; "))
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%s\t%d\t%s\t%s\n", m.Bucket, m.SourceShard, m.DestinationShard, m.statusText(), m.InStatusFor, m.MigrationIndex, op, strings.Join(trouble, "; "))
 	}
 	tw.Flush()
 }

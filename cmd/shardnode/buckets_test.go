@@ -958,3 +958,16 @@ func TestRenderBucketWhileMoving(t *testing.T) {
 		t.Errorf("bucket:\n%s", got)
 	}
 }
+
+// TestStatusTextShowsWhatWasSent: a bucket long in Moving whose server
+// reports what its sender sent shows it, in the status table and the
+// progress line; one without keeps its bare status.
+func TestStatusTextShowsWhatWasSent(t *testing.T) {
+	m := bucketMigration{Bucket: 5, Status: "Moving", InStatusFor: "1m30s", Sent: &sentProgress{Node: "A", Documents: 300, Bytes: 150_000_000, LastStoredAgo: "80ms"}}
+	if got, want := m.statusText(), "Moving (150 MB sent)"; got != want {
+		t.Errorf("statusText = %q, want %q", got, want)
+	}
+	if got, want := currentText([]bucketMigration{m, {Bucket: 9, Status: "Moved"}}, 5), "5 Moving (150 MB sent), 9 Moved"; got != want {
+		t.Errorf("currentText = %q, want %q", got, want)
+	}
+}

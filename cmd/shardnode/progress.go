@@ -128,6 +128,26 @@ type bucketMigration struct {
 	// WaitingFor names the nodes the step waits for (servers of this
 	// version).
 	WaitingFor []string `json:"WaitingFor"`
+	// Sent is what the sender of a bucket long in Moving has sent so far
+	// (servers of this version).
+	Sent *sentProgress `json:"Sent"`
+}
+
+// sentProgress is a "Sent" object: a moving bucket's progress.
+type sentProgress struct {
+	Node          string `json:"Node"`
+	Documents     int64  `json:"Documents"`
+	Bytes         int64  `json:"Bytes"`
+	LastStoredAgo string `json:"LastStoredAgo"`
+}
+
+// statusText is a migration's status, with what its sender has sent when
+// the server says.
+func (m bucketMigration) statusText() string {
+	if m.Sent == nil {
+		return m.Status
+	}
+	return fmt.Sprintf("%s (%s sent)", m.Status, humanBytes(m.Sent.Bytes))
 }
 
 // migrationEvent is a "migration" event's data: one step of one bucket.
@@ -323,7 +343,7 @@ func currentText(cbs []bucketMigration, limit int) string {
 			parts = append(parts, fmt.Sprintf("+%d more", len(cbs)-limit))
 			break
 		}
-		s := fmt.Sprintf("%d %s", m.Bucket, m.Status)
+		s := fmt.Sprintf("%d %s", m.Bucket, m.statusText())
 		if m.Stuck {
 			s += " STUCK"
 			if d, err := time.ParseDuration(m.InStatusFor); err == nil {
