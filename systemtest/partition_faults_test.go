@@ -4,6 +4,7 @@ package systemtest
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
@@ -158,5 +159,61 @@ func cutDuringMigration(t *testing.T, c *testcluster.Cluster, k int, status, rol
 			t.Fatalf("bucket %d migrates again after its move: %v", b, m)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestFaultKilledWhileCutOff cuts a node (not the raft leader) off from
+// the others on a cluster of processes, kills it with SIGKILL while it is
+// cut off, heals the links and starts it again, all under If-Match
+// increments with waitForReplicas=2 through every running node: no value
+// is acknowledged twice, every counter ends at its acknowledged
+// increments, and the replicas converge. (RF 2: while the node is cut
+// off, the two shards it holds cannot have two copies of a write, and
+// their increments answer 504 after waitForReplicasTimeout, 2 s here.)
+func TestFaultKilledWhileCutOff(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{Nodes: 3, Mode: testcluster.Processes, CuttableLinks: true})
+	A := c.URL(0)
+	testcluster.Must(t, 201, "PUT", A+"/admin/databases/db", `{"Shards":3,"ReplicationFactor":2}`)
+	var ids []string
+	for i := range 6 {
+		ids = append(ids, fmt.Sprintf("counter/%d", i))
+	}
+	ctr := newCounters(t, A, "db", ids)
+	ctr.params = "&waitForReplicas=2&waitForReplicasTimeout=2s"
+	victim := (c.Leader() + 1) % 3
+	up := newUpNodes(c)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	runClients(&wg, 8, 3, stop, func(rnd *rand.Rand) {
+		ctr.increment(t, rnd, func() string { return up.pick(rnd) })
+	})
+	waitAcked(t, ctr, 20)
+	c.Isolate(victim)
+	via := c.URL((victim + 1) % 3)
+	testcluster.WaitFor(t, 10*time.Second, c.Members[victim].Tag+" to be reported down", func() error {
+		cl := testcluster.Must(t, 200, "GET", via+"/cluster", "").JSON(t)
+		for _, n := range cl["Nodes"].([]any) {
+			if nm := n.(map[string]any); nm["Tag"] == c.Members[victim].Tag && nm["Status"] == "Down" {
+				return nil
+			}
+		}
+		return fmt.Errorf("cluster view %v", cl["Nodes"])
+	})
+	// Shards with a replica on the cut-off node cannot have two copies:
+	// only the third shard's counters move on.
+	waitAcked(t, ctr, ctr.total()+5)
+	t.Logf("killing %s while cut off, after %d increments", c.Members[victim].Tag, ctr.total())
+	up.set(victim, false)
+	c.Members[victim].Kill()
+	c.Heal()
+	c.Members[victim].Start()
+	up.set(victim, true)
+	t.Logf("%s restarted, after %d increments", c.Members[victim].Tag, ctr.total())
+	waitAcked(t, ctr, ctr.total()+40)
+	close(stop)
+	wg.Wait()
+	testcluster.WaitFor(t, 60*time.Second, "the replicas to converge", func() error { return converged(t, c, "db") })
+	for i := range c.Members {
+		ctr.check(t, c.URL(i))
 	}
 }
