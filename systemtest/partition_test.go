@@ -33,6 +33,8 @@ func TestIsolatedLeaderTakesNoWritesAndCatchesUp(t *testing.T) {
 	victim := c.Leader()
 	var isolated atomic.Bool
 	var ackedWhileCut, ackedByVictim atomic.Int64
+	var cutAt time.Time
+	var firstAck atomic.Int64 // ns after cutAt of the first increment begun and acknowledged after the cut
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	runClients(&wg, 8, 1, stop, func(rnd *rand.Rand) {
@@ -41,6 +43,7 @@ func TestIsolatedLeaderTakesNoWritesAndCatchesUp(t *testing.T) {
 		cut := isolated.Load()
 		k, n, via, ok := ctr.increment(t, rnd, func() string { return c.URL(rnd.IntN(3)) })
 		if ok && cut && isolated.Load() {
+			firstAck.CompareAndSwap(0, int64(time.Since(cutAt)))
 			ackedWhileCut.Add(1)
 			if via == c.URL(victim) {
 				ackedByVictim.Add(1)
@@ -49,6 +52,7 @@ func TestIsolatedLeaderTakesNoWritesAndCatchesUp(t *testing.T) {
 		}
 	})
 	waitAcked(t, ctr, 20)
+	cutAt = time.Now()
 	c.Isolate(victim)
 	isolated.Store(true)
 	others := []int{(victim + 1) % 3, (victim + 2) % 3}
@@ -75,11 +79,14 @@ func TestIsolatedLeaderTakesNoWritesAndCatchesUp(t *testing.T) {
 		return nil
 	})
 	c.Heal()
+	healedAt := time.Now()
 	isolated.Store(false)
 	testcluster.WaitFor(t, 60*time.Second, "the healed node to serve again", func() error {
 		_, err := testcluster.Expect(200, "GET", c.URL(victim)+"/healthz", "")
 		return err
 	})
+	t.Logf("first increment acknowledged %v after the cut; the healed node current again %v after the heal",
+		time.Duration(firstAck.Load()).Round(time.Millisecond), time.Since(healedAt).Round(time.Millisecond))
 	waitAcked(t, ctr, ctr.total()+20)
 	close(stop)
 	wg.Wait()
