@@ -1043,6 +1043,15 @@ func (t busTransport) MaxBatchBytes() int {
 	return int(t.n.bus.nc.MaxPayload()) - busMessageSlack
 }
 
+// replBatchTimeout bounds how long a replication batch waits for its
+// answer: a peer stores one as it stores a write. A batch lost on the bus
+// (a route cut and restored before either node counted the other down)
+// is never answered, and the link stalls until this deadline before the
+// sender asks the peer's progress and sends again (applying a batch twice
+// changes nothing); at 30 s, a brief cut held replication, and a catch-up
+// waiting for it, for 30 s.
+const replBatchTimeout = writeAttemptTimeout
+
 func (t busTransport) Send(ctx context.Context, peer string, b *replication.Batch) (*replication.ProgressReply, error) {
 	if err := t.errStarting(); err != nil {
 		return nil, err
@@ -1056,7 +1065,7 @@ func (t busTransport) Send(ctx context.Context, peer string, b *replication.Batc
 	if err != nil {
 		return nil, fmt.Errorf("encode replication batch: %w", err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, replBatchTimeout)
 	defer cancel()
 	raw, err := t.n.callRawWith(ctx, peer, "repl.batch", data, map[string]string{createdHeader: strconv.FormatUint(rec.CreatedIndex, 10)})
 	if err != nil {
