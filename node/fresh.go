@@ -249,7 +249,7 @@ func (n *Node) refusedWhileStale(db string, shard int) {
 
 // errNotFresh answers a client request on a node that could not confirm
 // it follows the cluster.
-func (n *Node) errNotFresh() error {
+func (n *Node) errNotFresh() error { // always an *apiError
 	return &apiError{Status: http.StatusServiceUnavailable, Type: "NodeCatchingUp",
 		Msg: fmt.Sprintf("node %s has not confirmed for %v that it follows the cluster's state (no leader reachable, or it was paused or cut off); it serves databases again once it has caught up; retry shortly or ask another node", n.cfg.Node.Tag, freshFor)}
 }

@@ -294,6 +294,9 @@ func (n *Node) Close() error {
 	if n.cache != nil {
 		n.cache.Unref()
 	}
+	if n.httpClient != nil {
+		n.httpClient.CloseIdleConnections() // its keep-alive connections to peers
+	}
 	n.lock.release()
 	n.logger.Info("node stopped")
 	return errors.Join(errs...)

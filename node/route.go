@@ -220,6 +220,7 @@ func (n *Node) onShardWithin(ctx context.Context, t target, shard int, read bool
 	var waitUntil time.Time // when waiting for a member to serve ends
 	for pause := shardWaitFirst; ; pause = min(2*pause, shardWaitMaxPause) {
 		errs = errs[:0]
+		othersSoon := false // a member on another node serves soon
 		for _, tag := range n.membersByPreference(topo.Members) {
 			if ctx.Err() != nil {
 				break
@@ -232,9 +233,18 @@ func (n *Node) onShardWithin(ctx context.Context, t target, shard int, read bool
 				return err
 			}
 			errs = append(errs, err)
+			othersSoon = othersSoon || (tag != n.cfg.Node.Tag && servesSoon(err))
 		}
 		if ctx.Err() != nil || !slices.ContainsFunc(errs, servesSoon) {
 			break
+		}
+		if !othersSoon && !n.fresh.fresh() {
+			// Only this node's own replica would serve soon, and it
+			// catches up only once this node follows the cluster again: a
+			// node cut off from the others would hold the request for
+			// shardWaitMax for nothing. Say so at once.
+			ae := n.errNotFresh().(*apiError)
+			return &apiError{Status: ae.Status, Type: ae.Type, Msg: fmt.Sprintf("shard %d of %q: no other member answered, and %s", shard, t.rec.DatabaseName, ae.Msg)}
 		}
 		// A member catches up, or hands the shard's writes over to one
 		// that did: one of them serves in a moment (a restart's normal

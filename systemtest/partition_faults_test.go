@@ -112,6 +112,9 @@ func cutDuringMigration(t *testing.T, c *testcluster.Cluster, k int, status, rol
 	})
 	time.Sleep(time.Second) // the cut lasts a while past that: the others act without it
 	c.Heal()
+	healed := time.Now()
+	c.WaitAllUp()
+	t.Logf("every node hears every other %v after the heal", time.Since(healed).Round(time.Millisecond))
 	waitOperation(t, c.URL(via), "db", op, 90*time.Second)
 	close(stop)
 	wg.Wait()

@@ -63,6 +63,18 @@ func TestIsolatedLeaderTakesNoWritesAndCatchesUp(t *testing.T) {
 		}
 		return nil
 	})
+	// A read through the cut-off node of a shard it holds, once its
+	// replicas are marked behind, is refused at once as the node's: no
+	// other member is reachable, and its own catches up only after the
+	// heal (before, it waited 5 s for that and then failed as
+	// ServiceUnavailable).
+	testcluster.WaitFor(t, 30*time.Second, "a read through the isolated node to be refused as NodeCatchingUp", func() error {
+		r, err := testcluster.Do("GET", c.URL(victim)+"/databases/db/docs?id="+ids[0], "")
+		if err != nil || r.Status != 503 || r.JSON(t)["Type"] != "NodeCatchingUp" {
+			return fmt.Errorf("GET: %v %d %s", err, r.Status, r.Body)
+		}
+		return nil
+	})
 	testcluster.WaitFor(t, 30*time.Second, "the other two to elect a leader", func() error {
 		for _, i := range others {
 			if _, err := testcluster.Expect(200, "GET", c.URL(i)+"/healthz", ""); err != nil {

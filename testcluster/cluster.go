@@ -429,6 +429,33 @@ func (c *Cluster) WaitMembers(want int) {
 	}
 }
 
+// WaitAllUp waits until every running member's /cluster shows every
+// running member Up: after a partition heals, until the nodes hear each
+// other's heartbeats again over the bus.
+func (c *Cluster) WaitAllUp() {
+	c.t.Helper()
+	for _, m := range c.Members {
+		if !m.Running() {
+			continue
+		}
+		WaitFor(c.t, 60*time.Second, "node "+m.Tag+" to see every running node up", func() error {
+			r, err := Expect(200, "GET", m.URL()+"/cluster", "")
+			if err != nil {
+				return err
+			}
+			for _, n := range r.JSON(c.t)["Nodes"].([]any) {
+				nm := n.(map[string]any)
+				for _, o := range c.Members {
+					if o.Tag == nm["Tag"] && o.Running() && nm["Status"] != "Up" {
+						return fmt.Errorf("node %s sees %s %v", m.Tag, o.Tag, nm["Status"])
+					}
+				}
+			}
+			return nil
+		})
+	}
+}
+
 // Leader returns the index of the member that is raft leader.
 func (c *Cluster) Leader() int {
 	c.t.Helper()
