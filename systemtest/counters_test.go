@@ -41,6 +41,18 @@ func newCounters(t testing.TB, url, db string, ids []string) *ifMatchCounters {
 	return c
 }
 
+// counterSet creates n counters, counter/0 to counter/n-1, at 0 through
+// url; params are added to each increment's PUT.
+func counterSet(t testing.TB, url, db string, n int, params string) *ifMatchCounters {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("counter/%d", i)
+	}
+	c := newCounters(t, url, db, ids)
+	c.params = params
+	return c
+}
+
 // increment increments a random counter once, reading and writing through
 // nodes node picks. It returns the counter, the value written and the
 // node that acknowledged it (ok false when no write was acknowledged).
@@ -120,6 +132,18 @@ func (c *ifMatchCounters) check(t testing.TB, url string) {
 			}
 		}
 		t.Logf("%s: N=%d, %d increments acknowledged, %d unknown", id, n, total, c.unknown[k])
+	}
+}
+
+// settle stops the clients (closing stop, waiting for wg), waits until the
+// replicas of db converge, and checks the counters through every node.
+func (c *ifMatchCounters) settle(t *testing.T, cl *testcluster.Cluster, stop chan struct{}, wg *sync.WaitGroup) {
+	t.Helper()
+	close(stop)
+	wg.Wait()
+	testcluster.WaitFor(t, 60*time.Second, "the replicas to converge", func() error { return converged(t, cl, c.db) })
+	for i := range cl.Members {
+		c.check(t, cl.URL(i))
 	}
 }
 

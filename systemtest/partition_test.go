@@ -24,12 +24,7 @@ func TestIsolatedLeaderTakesNoWritesAndCatchesUp(t *testing.T) {
 	c := testcluster.Start(t, testcluster.Options{Nodes: 3, CuttableLinks: true})
 	A := c.URL(0)
 	testcluster.Must(t, 201, "PUT", A+"/admin/databases/db", `{"Shards":3,"ReplicationFactor":3}`)
-	var ids []string
-	for i := range 6 {
-		ids = append(ids, fmt.Sprintf("counter/%d", i))
-	}
-	ctr := newCounters(t, A, "db", ids)
-	ctr.params = "&waitForReplicas=2"
+	ctr := counterSet(t, A, "db", 6, "&waitForReplicas=2")
 	victim := c.Leader()
 	var isolated atomic.Bool
 	var ackedWhileCut, ackedByVictim atomic.Int64
@@ -69,7 +64,7 @@ func TestIsolatedLeaderTakesNoWritesAndCatchesUp(t *testing.T) {
 	// heal (before, it waited 5 s for that and then failed as
 	// ServiceUnavailable).
 	testcluster.WaitFor(t, 30*time.Second, "a read through the isolated node to be refused as NodeCatchingUp", func() error {
-		r, err := testcluster.Do("GET", c.URL(victim)+"/databases/db/docs?id="+ids[0], "")
+		r, err := testcluster.Do("GET", c.URL(victim)+"/databases/db/docs?id="+ctr.ids[0], "")
 		if err != nil || r.Status != 503 || r.JSON(t)["Type"] != "NodeCatchingUp" {
 			return fmt.Errorf("GET: %v %d %s", err, r.Status, r.Body)
 		}
@@ -100,13 +95,8 @@ func TestIsolatedLeaderTakesNoWritesAndCatchesUp(t *testing.T) {
 	t.Logf("first increment acknowledged %v after the cut; the healed node current again %v after the heal",
 		time.Duration(firstAck.Load()).Round(time.Millisecond), time.Since(healedAt).Round(time.Millisecond))
 	waitAcked(t, ctr, ctr.total()+20)
-	close(stop)
-	wg.Wait()
+	ctr.settle(t, c, stop, &wg)
 	t.Logf("%d increments acknowledged while node %s was cut off, %d of them through it", ackedWhileCut.Load(), c.Members[victim].Tag, ackedByVictim.Load())
-	testcluster.WaitFor(t, 60*time.Second, "the replicas to converge", func() error { return converged(t, c, "db") })
-	for i := range c.Members {
-		ctr.check(t, c.URL(i))
-	}
 }
 
 // waitAcked waits until the counters have at least n acknowledged
@@ -171,12 +161,7 @@ func TestLinkCutBetweenTwoNodes(t *testing.T) {
 			waitAcked(t, ctr, before+20)
 			c.Heal()
 			waitAcked(t, ctr, ctr.total()+20)
-			close(stop)
-			wg.Wait()
-			testcluster.WaitFor(t, 60*time.Second, "the replicas to converge", func() error { return converged(t, c, "db") })
-			for k := range c.Members {
-				ctr.check(t, c.URL(k))
-			}
+			ctr.settle(t, c, stop, &wg)
 			if t.Failed() {
 				for s, tags := range members {
 					for _, tag := range tags {

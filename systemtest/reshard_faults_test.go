@@ -21,127 +21,15 @@ import (
 //
 // Run with: go test -tags faults ./systemtest -run Fault
 func TestFaultMigrationSurvivesKills(t *testing.T) {
-	c := testcluster.Start(t, testcluster.Options{Nodes: 3, Mode: testcluster.Processes, MigratorIntervalMs: 300,
-		Failpoints: "resharding/before-send-completed=1500ms,resharding/before-confirm=1500ms,resharding/before-cleanup=1500ms"})
-	testcluster.Must(t, 201, "PUT", c.URL(0)+"/admin/databases/db", `{"Shards":3,"ReplicationFactor":2}`)
-	k := 0
-	for _, status := range []string{"Moving", "Moved", "OwnershipTransferred"} {
-		for _, role := range []string{"source", "destination", "leader"} {
-			k++
-			t.Run(status+"/"+role, func(t *testing.T) { killDuringMigration(t, c, k, status, role) })
-			if t.Failed() {
-				return
-			}
-		}
-	}
+	migrationFaults(t, testcluster.Options{Mode: testcluster.Processes}, killed)
 }
 
-func killDuringMigration(t *testing.T, c *testcluster.Cluster, k int, status, role string) {
-	anchor := fmt.Sprintf("tenant/%d", k)
-	b, src := bucketOf(t, c.URL(0), "db", anchor)
-	dst := (src + 1) % 3
-	members := shardMembers(t, c.URL(0), "db")
-	leader := c.Leader()
-	var victim int
-	switch role {
-	case "source":
-		victim = indexOf(c, members[src][0])
-	case "destination":
-		victim = indexOf(c, members[dst][len(members[dst])-1])
-	case "leader":
-		victim = leader
-	}
-	via := (victim + 1) % 3
-	var mu sync.Mutex
-	acked := map[string]int{}
-	for i := 0; i < 30; i++ {
-		id := fmt.Sprintf("d%d$%s", i, anchor)
-		testcluster.Must(t, 201, "PUT", fmt.Sprintf("%s/databases/db/docs?id=%s&waitForReplicas=2", c.URL(via), id), `{"v":0}`)
-		acked[id] = 0
-	}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { // a writer into the moving bucket through a node that lives
-		defer wg.Done()
-		for i := 1; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			id := fmt.Sprintf("d%d$%s", i%40, anchor)
-			r, err := testcluster.Do("PUT", fmt.Sprintf("%s/databases/db/docs?id=%s", c.URL(via), id), fmt.Sprintf(`{"v":%d}`, i))
-			if err == nil && r.Status == 201 {
-				mu.Lock()
-				acked[id] = i
-				mu.Unlock()
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}()
-	op := startReshard(t, c.URL(via), "db", b, b, dst)
-	testcluster.WaitFor(t, 30*time.Second, "the migration to reach "+status, func() error {
-		rec := testcluster.Must(t, 200, "GET", c.URL(via)+"/admin/databases/db", "").JSON(t)
-		m, ok := rec["Sharding"].(map[string]any)["BucketMigrations"].(map[string]any)[fmt.Sprint(b)].(map[string]any)
-		if !ok || m["Status"] != status {
-			return fmt.Errorf("migration of bucket %d: %v", b, m)
-		}
-		return nil
-	})
-	t.Logf("killing %s (%s) with bucket %d %s", c.Members[victim].Tag, role, b, status)
-	c.Members[victim].Kill()
-	// Restart only once the others noticed, so the move really runs on
-	// without the victim for a while.
-	testcluster.WaitFor(t, 10*time.Second, c.Members[victim].Tag+" to be reported down", func() error {
-		cl := testcluster.Must(t, 200, "GET", c.URL(via)+"/cluster", "").JSON(t)
-		for _, n := range cl["Nodes"].([]any) {
-			if nm := n.(map[string]any); nm["Tag"] == c.Members[victim].Tag && nm["Status"] == "Down" {
-				return nil
-			}
-		}
-		return fmt.Errorf("cluster view %v", cl["Nodes"])
-	})
-	c.Members[victim].Start()
-	waitOperation(t, c.URL(via), "db", op, 90*time.Second)
-	close(stop)
-	wg.Wait()
-	// Leftovers (a write acknowledged by the victim just before it died)
-	// reach the owner through the documents migrator; then nothing is left
-	// on the source and every acknowledged write is on the destination.
-	testcluster.WaitFor(t, 60*time.Second, "the source to be empty", func() error {
-		for _, tag := range members[src] {
-			bk := testcluster.Must(t, 200, "GET", fmt.Sprintf("%s/databases/db$%d/buckets/%d", memberByTag(c, tag).URL(), src, b), "").JSON(t)
-			if bk["DocumentsCount"] != float64(0) {
-				return fmt.Errorf("source replica on %s still holds %v documents of bucket %d", tag, bk["DocumentsCount"], b)
-			}
-		}
-		return nil
-	})
-	for id, v := range acked {
-		r := testcluster.Must(t, 200, "GET", fmt.Sprintf("%s/databases/db/docs?id=%s", c.URL(victim), id), "").JSON(t)
-		d := r["Results"].([]any)[0].(map[string]any)
-		if int(d["v"].(float64)) < v || int(d["@metadata"].(map[string]any)["@shard"].(float64)) != dst {
-			t.Fatalf("%s: %v, acknowledged v=%d on shard %d", id, d, v, dst)
-		}
-	}
-	// Leftover migrations (if any) finish; then the bucket is never
-	// migrated again: the migrator sweeps every 300 ms.
-	testcluster.WaitFor(t, 60*time.Second, "leftover migrations to finish", func() error {
-		rec := testcluster.Must(t, 200, "GET", c.URL(via)+"/admin/databases/db", "").JSON(t)
-		if m, ok := rec["Sharding"].(map[string]any)["BucketMigrations"].(map[string]any)[fmt.Sprint(b)]; ok {
-			return fmt.Errorf("bucket %d still migrating: %v", b, m)
-		}
-		return nil
-	})
-	deadline := time.Now().Add(2 * time.Second)
-	for time.Now().Before(deadline) {
-		rec := testcluster.Must(t, 200, "GET", c.URL(via)+"/admin/databases/db", "").JSON(t)
-		if m, ok := rec["Sharding"].(map[string]any)["BucketMigrations"].(map[string]any)[fmt.Sprint(b)]; ok {
-			t.Fatalf("bucket %d migrates again after its move: %v", b, m)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+// killed kills the victim with SIGKILL, and starts it again once the
+// others counted it down.
+var killed = migrationFault{
+	verb:    "killing",
+	disrupt: func(c *testcluster.Cluster, victim int) { c.Members[victim].Kill() },
+	restore: func(c *testcluster.Cluster, victim int) { c.Members[victim].Start() },
 }
 
 func indexOf(c *testcluster.Cluster, tag string) int {
