@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -139,7 +140,25 @@ func TestReplicaOpenedOnAServingNodeWaitsForItsPeers(t *testing.T) {
 	if _, err := n.proposeIndex(ctx, &raftfsm.AddNode{Node: raftfsm.NodeInfo{Tag: "Z", HttpUrl: "http://127.0.0.1:1", RaftAddr: "127.0.0.1:1"}}); err != nil {
 		t.Fatal(err)
 	}
+	// Z's heartbeats go on (as a live node's would) until the test ends:
+	// heard once only, Z counted down 1.5 s later, and on a loaded machine
+	// the catch-up then stopped waiting for it before the write below.
 	n.health.heard("Z", "z1")
+	beats := make(chan struct{})
+	stopBeats := sync.OnceFunc(func() { close(beats) })
+	defer stopBeats()
+	go func() {
+		t := time.NewTicker(heartbeatEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-beats:
+				return
+			case <-t.C:
+				n.health.heard("Z", "z1")
+			}
+		}
+	}()
 	asked := make(chan struct{}, 16)
 	sub, err := n.bus.nc.Subscribe(n.rpcSubject("Z"), func(*nats.Msg) { asked <- struct{}{} })
 	if err != nil {
@@ -167,4 +186,5 @@ func TestReplicaOpenedOnAServingNodeWaitsForItsPeers(t *testing.T) {
 	if !errors.As(err, &ae) || ae.Type != "ShardCatchingUp" {
 		t.Fatalf("a routed write before the other member answered: %v, want ShardCatchingUp", err)
 	}
+	stopBeats() // Z goes down: the create stops waiting for it
 }
