@@ -140,9 +140,10 @@ func TestReplicaOpenedOnAServingNodeWaitsForItsPeers(t *testing.T) {
 	if _, err := n.proposeIndex(ctx, &raftfsm.AddNode{Node: raftfsm.NodeInfo{Tag: "Z", HttpUrl: "http://127.0.0.1:1", RaftAddr: "127.0.0.1:1"}}); err != nil {
 		t.Fatal(err)
 	}
-	// Z's heartbeats go on (as a live node's would) until the test ends:
-	// heard once only, Z counted down 1.5 s later, and on a loaded machine
-	// the catch-up then stopped waiting for it before the write below.
+	// Z's heartbeats go on (as a live node's would) until the write was
+	// checked: heard only before the create, Z counted down 1.5 s later,
+	// and on a loaded machine the create took longer than that, so the
+	// catch-up had stopped waiting for Z before the write below.
 	n.health.heard("Z", "z1")
 	beats := make(chan struct{})
 	stopBeats := sync.OnceFunc(func() { close(beats) })
@@ -160,7 +161,12 @@ func TestReplicaOpenedOnAServingNodeWaitsForItsPeers(t *testing.T) {
 		}
 	}()
 	asked := make(chan struct{}, 16)
-	sub, err := n.bus.nc.Subscribe(n.rpcSubject("Z"), func(*nats.Msg) { asked <- struct{}{} })
+	sub, err := n.bus.nc.Subscribe(n.rpcSubject("Z"), func(m *nats.Msg) {
+		// The catch-up's question; replication asks Z too, and earlier.
+		if m.Header.Get("Op") == "shard.stats" {
+			asked <- struct{}{}
+		}
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
