@@ -70,8 +70,8 @@ type ProgressReply struct {
 	Lost []LostItem `json:"Lost,omitempty"`
 
 	// superseded are the receiver's own versions that lost a conflict to
-	// the batch's items (storage.Result.Superseded), for its Replicator
-	// (see Replicator.Apply); not sent.
+	// the batch's items (a storage.Result Conflict not Lost), for its
+	// Replicator (see Replicator.Apply); not sent.
 	superseded []conflictLoss
 }
 
@@ -112,7 +112,7 @@ func Apply(ctx context.Context, s *storage.Store, b *Batch) (ProgressReply, erro
 		switch r := res[i]; {
 		case r.Lost:
 			reply.Lost = append(reply.Lost, LostItem{Index: i, Winner: r.WinnerVersion})
-		case r.Superseded:
+		case r.Conflict:
 			if l, err := newConflictLoss(r.ID, r.LoserVersion, r.WinnerVersion); err == nil {
 				reply.superseded = append(reply.superseded, l)
 			}

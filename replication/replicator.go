@@ -115,16 +115,19 @@ func (l conflictLoss) supersedes(v changevector.Vector) bool {
 type losses map[string][]conflictLoss
 
 // add records l, forgetting what is older than lostKept.
-func (ls losses) add(l conflictLoss) {
-	for id, list := range ls {
+func (ls *losses) add(l conflictLoss) {
+	if *ls == nil {
+		*ls = losses{}
+	}
+	for id, list := range *ls {
 		list = slices.DeleteFunc(list, func(o conflictLoss) bool { return l.at.Sub(o.at) > lostKept })
 		if len(list) == 0 {
-			delete(ls, id)
+			delete(*ls, id)
 		} else {
-			ls[id] = list
+			(*ls)[id] = list
 		}
 	}
-	ls[l.id] = append(ls[l.id], l)
+	(*ls)[l.id] = append((*ls)[l.id], l)
 }
 
 // supersede reports whether a recorded loss takes w away.
@@ -458,9 +461,6 @@ func (r *Replicator) Apply(ctx context.Context, b *Batch) (ProgressReply, error)
 	reply, err := Apply(ctx, r.store, b)
 	if len(reply.superseded) > 0 {
 		r.mu.Lock()
-		if r.superseded == nil {
-			r.superseded = losses{}
-		}
 		for _, l := range reply.superseded {
 			r.superseded.add(l)
 		}
@@ -475,9 +475,6 @@ func (r *Replicator) Apply(ctx context.Context, b *Batch) (ProgressReply, error)
 func (r *Replicator) ackBatch(s *sender, p *ProgressReply, b *Batch) {
 	if len(p.Lost) > 0 {
 		r.mu.Lock()
-		if s.lost == nil {
-			s.lost = losses{}
-		}
 		for _, li := range p.Lost {
 			if li.Index < 0 || li.Index >= len(b.Items) {
 				continue

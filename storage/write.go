@@ -109,15 +109,13 @@ type Result struct {
 	Conflict bool
 	// Lost reports a replicated item that lost such a conflict: the
 	// replica keeps its own version, and the incoming one is only in the
-	// conflict log. Resolution is the same on every replica, so the writes
-	// in the losing version's history that the winner lacks are
+	// conflict log (a Conflict that is not Lost put the replica's own
+	// version there). Resolution is the same on every replica, so the
+	// writes in the losing version's history that the winner lacks are
 	// superseded everywhere.
 	Lost bool
-	// Superseded reports a replicated item that won such a conflict over
-	// the replica's own version, which went to the conflict log.
-	Superseded bool
-	// LoserVersion and WinnerVersion are, when Lost or Superseded, the
-	// version parts of the two versions before they were merged.
+	// LoserVersion and WinnerVersion are, for a Conflict, the version
+	// parts of the two versions before they were merged.
 	LoserVersion, WinnerVersion string
 }
 
@@ -810,11 +808,10 @@ func (g *round) applyReplicated(parent *round, op Op) (Result, error) {
 	}
 	res, err = g.storeIncoming(parent, cur, d, res)
 	if err == nil && d.loser != nil {
-		res.Lost, res.Superseded = d.loser == incoming, d.loser != incoming
-		local, remote := d.prev.String(), in.Version.String()
-		res.LoserVersion, res.WinnerVersion = remote, local
-		if res.Superseded {
-			res.LoserVersion, res.WinnerVersion = local, remote
+		res.Lost = d.loser == incoming
+		res.LoserVersion, res.WinnerVersion = d.prev.String(), in.Version.String()
+		if res.Lost {
+			res.LoserVersion, res.WinnerVersion = res.WinnerVersion, res.LoserVersion
 		}
 	}
 	return res, err
