@@ -307,12 +307,16 @@ func (l *localReplica) write(ctx context.Context, ops []storage.Op, wc writeConc
 	}
 	if have, err := l.rep.WaitReplicas(wctx, changes, wc.Replicas); err != nil {
 		if errors.Is(err, replication.ErrSuperseded) {
-			// Not a success: the documents do not hold this write, and a
-			// client reading them again (an If-Match retry) sees the
-			// winner. Before, the peer's ack counted and both concurrent
-			// writes were acknowledged, with waitForReplicas=2 too.
-			return nil, &apiError{Status: http.StatusConflict, Type: "ConcurrentWriteWon",
-				Msg: fmt.Sprintf("the write is durable on node %s, but %v; the documents hold the winner, this write is only in /databases/%s/conflicts", l.node(), err, l.db)}
+			// Not a success: the documents hold the winner now (before,
+			// the peer's ack counted and both concurrent writes were
+			// acknowledged, with waitForReplicas=2 too). Not a failure
+			// either: a later write on this side, taken on top of this
+			// one before the side learned of the loss, may still win and
+			// carry it (seen: an If-Match increment answered 409 here
+			// that the counter ended up holding). So the outcome is
+			// unknown, as for a timeout.
+			return nil, &apiError{Status: http.StatusGatewayTimeout, Type: "ConcurrentWriteWon",
+				Msg: fmt.Sprintf("the write is durable on node %s, but %v; the documents hold the winner for now, and this write is in /databases/%s/conflicts, but a later write taken on top of it may still win and carry it: it may or may not have been applied", l.node(), err, l.db)}
 		}
 		return nil, &apiError{Status: http.StatusGatewayTimeout, Type: "ReplicationTimeout",
 			Msg: fmt.Sprintf("the write is durable on node %s but only %d of the %d replicas asked for (waitForReplicas) held it within %v", l.node(), have, wc.Replicas, wc.Timeout)}

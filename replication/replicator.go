@@ -130,14 +130,14 @@ func (ls *losses) add(l conflictLoss) {
 	(*ls)[l.id] = append((*ls)[l.id], l)
 }
 
-// supersede reports whether a recorded loss takes w away.
-func (ls losses) supersede(w Written) bool {
+// supersede returns a recorded loss that takes w away.
+func (ls losses) supersede(w Written) (conflictLoss, bool) {
 	for _, l := range ls[w.ID] {
 		if l.supersedes(w.Version) {
-			return true
+			return l, true
 		}
 	}
-	return false
+	return conflictLoss{}, false
 }
 
 // Written is one change of a local write that waits for replicas.
@@ -151,9 +151,12 @@ type Written struct {
 }
 
 // ErrSuperseded means a write waiting for replicas lost a conflict on a
-// peer replica: a concurrent write of the same document, taken by another
+// replica: a concurrent write of the same document, taken by another
 // replica, won there, and wins on every replica (resolution is the same
-// everywhere). The write is durable, but only in the conflict log.
+// everywhere). The write is durable, and in the conflict log; a later
+// write on its own side, made on top of it before that side learned of
+// the loss, can still win a later conflict and carry it, so its outcome
+// is not decided.
 var ErrSuperseded = errors.New("a concurrent write of the same document on another replica won")
 
 // New returns a Replicator for store, the replica of db's shard.
@@ -246,14 +249,14 @@ func (r *Replicator) WaitReplicas(ctx context.Context, changes []Written, n int)
 		have := 1
 		lost := ""
 		for _, w := range changes {
-			if r.superseded.supersede(w) {
-				lost = "this one"
+			if l, ok := r.superseded.supersede(w); ok {
+				lost = fmt.Sprintf("this one (%q at %s lost to %s)", w.ID, l.loser, l.winner)
 			}
 		}
 		for _, s := range r.senders {
 			for _, w := range changes {
-				if s.lost.supersede(w) {
-					lost = "on node " + s.peer
+				if l, ok := s.lost.supersede(w); ok {
+					lost = fmt.Sprintf("on node %s (%q at %s lost to %s)", s.peer, w.ID, l.loser, l.winner)
 				}
 			}
 			if s.acked >= etag {
