@@ -16,7 +16,7 @@ func expectedRows() [][2]string {
 	return [][2]string{
 		{"bulk-insert", "shardnode"}, {"bulk-insert", "pebble"}, {"bulk-insert", "postgresql"},
 		{"put", "shardnode"}, {"put", "pebble"}, {"put", "postgresql"},
-		{"get", "shardnode"}, {"get", "pebble"}, {"get", "postgresql"}, {"get", "go-http"},
+		{"get", "shardnode"}, {"get", "pebble"}, {"get", "postgresql"}, {"get", "go-http"}, {"get", "go-fasthttp"},
 		{"ycsb-a", "shardnode"}, {"ycsb-a", "pebble"}, {"ycsb-a", "postgresql"},
 		{"ycsb-b", "shardnode"}, {"ycsb-b", "pebble"}, {"ycsb-b", "postgresql"},
 		{"ycsb-c", "shardnode"}, {"ycsb-c", "pebble"}, {"ycsb-c", "postgresql"},
@@ -76,8 +76,10 @@ func TestQuickRunProducesEveryRow(t *testing.T) {
 	if row, _ := rep.Row("rss", "shardnode"); row.PeakRSSMiB <= 0 {
 		t.Errorf("rss row without a peak RSS: %+v", row)
 	}
-	if row, _ := rep.Row("get", "go-http"); row.VsOps <= 0 {
-		t.Errorf("get/go-http row without a ratio: %+v", row)
+	for _, sys := range []string{"go-http", "go-fasthttp"} {
+		if row, _ := rep.Row("get", sys); row.VsOps <= 0 {
+			t.Errorf("get/%s row without a ratio: %+v", sys, row)
+		}
 	}
 	// The resharding rows: their own figures and their ratios are there
 	// (never a speed).

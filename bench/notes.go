@@ -25,6 +25,8 @@ func noteFor(sp spec, system string, o Options) string {
 		return note
 	case sysHTTP:
 		return "trivial Go HTTP handler returning a fixed body of a GET's size, same client setup"
+	case sysFastHTTP:
+		return "the same trivial handler on fasthttp, the HTTP server shardnode's API runs on"
 	}
 	return ""
 }

@@ -20,6 +20,7 @@ const (
 	sysPebble    = "pebble"
 	sysPG        = "postgresql"
 	sysHTTP      = "go-http"
+	sysFastHTTP  = "go-fasthttp"
 	sysNATS      = "nats"
 )
 
@@ -47,7 +48,7 @@ type run struct {
 	progress io.Writer
 	hc       *http.Client
 
-	sn, pebble, pg, ceiling *sysRun
+	sn, pebble, pg, ceiling, fastCeiling *sysRun
 	inProcess               bool
 }
 
@@ -144,14 +145,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 			rep.Rows = append(rep.Rows, r.reshard(ctx, w)...)
 		case WorkloadGet:
 			if r.ceiling == nil {
-				r.ceiling = &sysRun{label: sysHTTP}
-				if c, err := startHTTPCeiling(r.hc); err != nil {
-					r.ceiling.skip = "error: " + err.Error()
-				} else {
-					r.ceiling.sys = c
-				}
+				r.ceiling, r.fastCeiling = r.startCeiling(sysHTTP), r.startCeiling(sysFastHTTP)
 			}
-			rep.Rows = append(rep.Rows, r.measureSpec(ctx, sp[w], []*sysRun{r.sn, r.ceiling, r.pg, r.pebble})...)
+			rep.Rows = append(rep.Rows, r.measureSpec(ctx, sp[w], []*sysRun{r.sn, r.ceiling, r.fastCeiling, r.pg, r.pebble})...)
 		default:
 			rep.Rows = append(rep.Rows, r.measureSpec(ctx, sp[w], []*sysRun{r.sn, r.pg, r.pebble})...)
 		}
@@ -164,6 +160,18 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	rep.Seconds = time.Since(started).Seconds()
 	rep.LoadAfter = loadAvg()
 	return rep, nil
+}
+
+// startCeiling starts the trivial HTTP server label names (sysHTTP or
+// sysFastHTTP); an error skips its rows.
+func (r *run) startCeiling(label string) *sysRun {
+	s := &sysRun{label: label}
+	if c, err := startHTTPCeiling(r.hc, label); err != nil {
+		s.skip = "error: " + err.Error()
+	} else {
+		s.sys = c
+	}
+	return s
 }
 
 // connectPG connects to o.PG; it returns nil, nil when no URL is given.
@@ -189,7 +197,7 @@ func (r *run) nextSeed() uint64 {
 func (r *run) closeAll() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	for _, s := range []*sysRun{r.sn, r.pg, r.pebble, r.ceiling} {
+	for _, s := range []*sysRun{r.sn, r.pg, r.pebble, r.ceiling, r.fastCeiling} {
 		if s == nil || s.sys == nil {
 			continue
 		}
@@ -436,7 +444,7 @@ func workloadRank(w string) int {
 }
 
 func systemRank(s string) int {
-	order := []string{sysShardnode, sysShardnodeRF1, sysNoMove, sysPebble, sysPG, sysHTTP, sysNATS}
+	order := []string{sysShardnode, sysShardnodeRF1, sysNoMove, sysPebble, sysPG, sysHTTP, sysFastHTTP, sysNATS}
 	if i := slices.Index(order, s); i >= 0 {
 		return i
 	}

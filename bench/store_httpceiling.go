@@ -10,19 +10,26 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/valyala/fasthttp"
 )
 
 // httpCeiling is a trivial Go HTTP server on loopback that answers every
 // GET with one fixed body the size of a shardnode document response: the
-// most a Go HTTP server can serve here, with the same client setup.
+// most a Go HTTP server can serve here, with the same client setup. It
+// runs on net/http's server (go-http: what a Go service gets by default)
+// or on fasthttp's (go-fasthttp: the server shardnode's API runs on, so
+// the ceiling of shardnode's own stack).
 type httpCeiling struct {
-	hc   *http.Client
-	ln   net.Listener
-	srv  *http.Server
-	base string // http://host:port
+	label string
+	hc    *http.Client
+	ln    net.Listener
+	srv   *http.Server     // go-http
+	fsrv  *fasthttp.Server // go-fasthttp
+	base  string           // http://host:port
 }
 
-func startHTTPCeiling(hc *http.Client) (*httpCeiling, error) {
+func startHTTPCeiling(hc *http.Client, label string) (*httpCeiling, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("http ceiling: listen: %w", err)
@@ -37,18 +44,39 @@ func startHTTPCeiling(hc *http.Client) (*httpCeiling, error) {
 		w.Header().Set("Content-Length", clen)
 		_, _ = w.Write(body)
 	})
-	c := &httpCeiling{hc: hc, ln: ln, srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}, base: "http://" + ln.Addr().String()}
-	go func() { _ = c.srv.Serve(ln) }()
+	c := &httpCeiling{label: label, hc: hc, ln: ln, base: "http://" + ln.Addr().String()}
+	switch label {
+	case sysHTTP:
+		c.srv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = c.srv.Serve(ln) }()
+	case sysFastHTTP:
+		c.fsrv = &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+			ctx.SetContentType("application/json; charset=utf-8")
+			ctx.SetBody(body)
+		}}
+		go func() { _ = c.fsrv.Serve(ln) }()
+	default:
+		ln.Close()
+		return nil, fmt.Errorf("http ceiling: unknown server %q", label)
+	}
 	return c, nil
 }
 
-func (c *httpCeiling) name() string { return "go-http" }
+func (c *httpCeiling) name() string { return c.label }
 
 func (c *httpCeiling) close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := c.srv.Shutdown(ctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("http ceiling: shutdown: %w", err)
+	var err error
+	if c.srv != nil {
+		if err = c.srv.Shutdown(ctx); errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+	} else {
+		err = c.fsrv.ShutdownWithContext(ctx)
+	}
+	if err != nil {
+		return fmt.Errorf("http ceiling %s: shutdown: %w", c.label, err)
 	}
 	return nil
 }

@@ -52,7 +52,7 @@ type Node struct {
 	streamsCancel context.CancelFunc
 
 	httpLn  net.Listener
-	httpSrv *http.Server
+	httpSrv *front
 	// answers recycles the buffers GETs render documents into: one per
 	// request, the size of its documents, was most of what a point GET
 	// allocated.
@@ -202,11 +202,11 @@ func Start(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Nod
 	go n.leaderLoop(runCtx)
 	go n.runHeartbeats(runCtx)
 	go n.registerLoop(runCtx)
-	n.httpSrv = &http.Server{Handler: n.routes(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: httpIdleTimeout}
+	n.httpSrv = newFront(n.httpLn, n.routes(), frontMaxBody(cfg.HTTP.MaxBodyBytes), httpIdleTimeout, n.streams, logger)
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
-		if err := n.httpSrv.Serve(n.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := n.httpSrv.Serve(); err != nil {
 			logger.Error("http server stopped", "err", err)
 		}
 	}()

@@ -1,0 +1,319 @@
+package node
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// startFront serves h with a front on a loopback port and returns its
+// base URL and the front; the test's cleanup shuts it down.
+func startFront(t testing.TB, h http.Handler, maxBody int, streams context.Context) (string, *front) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFront(ln, h, maxBody, time.Minute, streams, slog.New(slog.DiscardHandler))
+	done := make(chan error, 1)
+	go func() { done <- f.Serve() }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := f.Shutdown(ctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	return "http://" + ln.Addr().String(), f
+}
+
+// rawExchange sends a raw HTTP/1.1 request on a new connection and
+// returns the answer.
+func rawExchange(t *testing.T, base, request string) *http.Response {
+	t.Helper()
+	c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if _, err := io.WriteString(c, request); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	return resp
+}
+
+// TestFrontGivesHandlersTheRequestNetHTTPWould: what a handler sees of a
+// request through front (method, URL as net/http parses it, path values,
+// headers, body, host) and what the client gets of the answer (status,
+// headers, body).
+func TestFrontGivesHandlersTheRequestNetHTTPWould(t *testing.T) {
+	type seen struct {
+		Method, Path, RawPath, RawQuery, RequestURI, Host, DB, Body string
+		Header                                                      http.Header
+		ContentLength                                               int64
+		RemoteAddr                                                  bool
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/databases/{db}/docs", func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			t.Error(err)
+		}
+		s := seen{Method: r.Method, Path: r.URL.Path, RawPath: r.URL.RawPath, RawQuery: r.URL.RawQuery, RequestURI: r.RequestURI,
+			Host: r.Host, DB: r.PathValue("db"), Body: string(body), Header: r.Header, ContentLength: r.ContentLength, RemoteAddr: r.RemoteAddr != ""}
+		b, _ := json.Marshal(s)
+		w.Header().Set("X-Answer", "yes")
+		w.Header().Add("X-Many", "1")
+		w.Header().Add("X-Many", "2")
+		writeRaw(w, http.StatusCreated, b)
+	})
+	base, _ := startFront(t, mux, 1<<20, context.Background())
+	for _, uri := range []string{
+		"/databases/db/docs?id=users/1",
+		"/databases/db/docs?id=a%20b&id=c%26d",
+		"/databases/a%2Fb/docs",
+		"/databases/d%C3%A9j%C3%A0/docs?x",
+		"/databases/db/docs",
+	} {
+		t.Run(uri, func(t *testing.T) {
+			resp := rawExchange(t, base, "PUT "+uri+" HTTP/1.1\r\nHost: example.test\r\nx-custom: v1\r\nX-Custom: v2\r\nContent-Length: 5\r\n\r\nhello")
+			if resp.StatusCode != http.StatusCreated {
+				b, _ := io.ReadAll(resp.Body)
+				t.Fatalf("status %d: %s", resp.StatusCode, b)
+			}
+			if got := resp.Header.Get("Content-Type"); got != jsonContentType[0] {
+				t.Errorf("Content-Type %q", got)
+			}
+			if got := resp.Header.Values("X-Many"); strings.Join(got, ",") != "1,2" || resp.Header.Get("X-Answer") != "yes" {
+				t.Errorf("answer headers %v", resp.Header)
+			}
+			var s seen
+			if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
+				t.Fatal(err)
+			}
+			want, err := url.ParseRequestURI(uri)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.Path != want.Path || s.RawPath != want.RawPath || s.RawQuery != want.RawQuery || s.RequestURI != uri {
+				t.Errorf("URL: path %q raw %q query %q uri %q; net/http: %q %q %q", s.Path, s.RawPath, s.RawQuery, s.RequestURI, want.Path, want.RawPath, want.RawQuery)
+			}
+			if s.Method != "PUT" || s.Host != "example.test" || s.Body != "hello" || s.ContentLength != 5 || !s.RemoteAddr {
+				t.Errorf("request %+v", s)
+			}
+			if got := s.Header["X-Custom"]; len(got) != 2 || got[0] != "v1" || got[1] != "v2" {
+				t.Errorf("X-Custom %q, want [v1 v2]", got)
+			}
+			if _, ok := s.Header["Host"]; ok {
+				t.Errorf("Host in the header map, as net/http never puts it: %v", s.Header)
+			}
+		})
+	}
+	// The path value decodes as ServeMux decodes it.
+	resp := rawExchange(t, base, "GET /databases/a%2Fb/docs HTTP/1.1\r\nHost: x\r\n\r\n")
+	var s seen
+	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil || s.DB != "a/b" {
+		t.Errorf("db path value %q (%v), want a/b", s.DB, err)
+	}
+}
+
+// TestFrontRefusesOversizedRequestsWithJSON: what fasthttp refuses before
+// a handler runs gets the API's error shape and status.
+func TestFrontRefusesOversizedRequestsWithJSON(t *testing.T) {
+	called := false
+	base, _ := startFront(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { called = true }), 1000, context.Background())
+	for _, tc := range []struct {
+		name, request string
+		status        int
+		typ           string
+	}{
+		{"body", "PUT /x HTTP/1.1\r\nHost: x\r\nContent-Length: 1001\r\n\r\n" + strings.Repeat("a", 1001), http.StatusRequestEntityTooLarge, "BodyTooLarge"},
+		{"headers", "GET /x HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("a", maxHeaderBytes) + "\r\n\r\n", http.StatusRequestHeaderFieldsTooLarge, "HeadersTooLarge"},
+		{"malformed", "GET /x HTTP/1.1\r\nHost: x\r\nContent-Length: nope\r\n\r\n", http.StatusBadRequest, "BadRequest"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp := rawExchange(t, base, tc.request)
+			var e errorBody
+			if err := json.NewDecoder(resp.Body).Decode(&e); err != nil {
+				t.Fatalf("status %d, body not JSON: %v", resp.StatusCode, err)
+			}
+			if resp.StatusCode != tc.status || e.Type != tc.typ || e.Error == "" {
+				t.Errorf("status %d %+v, want %d %s", resp.StatusCode, e, tc.status, tc.typ)
+			}
+		})
+	}
+	if called {
+		t.Error("the handler ran for a refused request")
+	}
+}
+
+// TestFrontStreamsEventsUntilTheClientLeaves: an event stream's writes
+// reach the client as the handler flushes them, before it returns; its
+// context ends when the client closes the connection, and at shutdown.
+func TestFrontStreamsEventsUntilTheClientLeaves(t *testing.T) {
+	streams, endStreams := context.WithCancel(context.Background())
+	defer endStreams()
+	ended := make(chan string, 2)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprintf(w, "event: hello\ndata: %s\n\n", r.URL.Path)
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+		ended <- r.URL.Path
+	})
+	base, f := startFront(t, h, 1000, streams)
+	open := func(db string) (*bufio.Reader, net.Conn) {
+		c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(c, "GET /databases/%s/events HTTP/1.1\r\nHost: x\r\n\r\n", db)
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
+			t.Fatalf("answer %d %v", resp.StatusCode, resp.Header)
+		}
+		line, err := bufio.NewReader(resp.Body).ReadString('\n')
+		if err != nil || line != "event: hello\n" {
+			t.Fatalf("first line %q, %v", line, err)
+		}
+		return br, c
+	}
+	_, c1 := open("one")
+	_, c2 := open("two")
+	defer c2.Close()
+	c1.Close()
+	select {
+	case p := <-ended:
+		if p != "/databases/one/events" {
+			t.Fatalf("stream %s ended, want one", p)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stream's context did not end when its client left")
+	}
+	endStreams()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := f.Shutdown(ctx); err != nil {
+		t.Fatalf("shutdown with a stream open: %v", err)
+	}
+	if p := <-ended; p != "/databases/two/events" {
+		t.Fatalf("stream %s ended, want two", p)
+	}
+}
+
+// TestFrontShutdownBeforeServe: a node that fails to start shuts its
+// server down before Serve ran; Serve then returns at once.
+func TestFrontShutdownBeforeServe(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFront(ln, http.NotFoundHandler(), 1000, time.Minute, context.Background(), slog.New(slog.DiscardHandler))
+	if err := f.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- f.Serve() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Serve after Shutdown did not return")
+	}
+}
+
+// BenchmarkFront compares front with net/http's server on a trivial
+// handler answering a GET-sized body, over keep-alive connections driven
+// the way the bench command's clients drive them: the server's own cost
+// per request, which decides the point GET and PUT rows on 2 cores.
+func BenchmarkFront(b *testing.B) {
+	body := []byte(strings.Repeat("x", 1200))
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { writeRaw(w, http.StatusOK, body) })
+	run := func(b *testing.B, base string) {
+		addr := strings.TrimPrefix(base, "http://")
+		b.SetParallelism(32) // 64 clients on 2 cores
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			defer c.Close()
+			br := bufio.NewReader(c)
+			req := []byte("GET /databases/db/docs?id=users/1 HTTP/1.1\r\nHost: x\r\n\r\n")
+			for pb.Next() {
+				if _, err := c.Write(req); err != nil {
+					b.Error(err)
+					return
+				}
+				if err := readAnswer(br); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	b.Run("net-http", func(b *testing.B) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		srv := &http.Server{Handler: h}
+		go srv.Serve(ln)
+		defer srv.Close()
+		run(b, "http://"+ln.Addr().String())
+	})
+	b.Run("front", func(b *testing.B) {
+		base, _ := startFront(b, h, 1<<20, context.Background())
+		run(b, base)
+	})
+}
+
+// readAnswer reads one HTTP/1.1 answer with a Content-Length.
+func readAnswer(br *bufio.Reader) error {
+	n := -1
+	for {
+		line, err := br.ReadSlice('\n')
+		if err != nil {
+			return err
+		}
+		if len(line) <= 2 {
+			break
+		}
+		if k, v, ok := strings.Cut(string(line), ":"); ok && strings.EqualFold(k, "Content-Length") {
+			if n, err = strconv.Atoi(strings.TrimSpace(v)); err != nil {
+				return err
+			}
+		}
+	}
+	if n < 0 {
+		return fmt.Errorf("answer without Content-Length")
+	}
+	_, err := br.Discard(n)
+	return err
+}
