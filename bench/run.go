@@ -49,7 +49,7 @@ type run struct {
 	hc       *http.Client
 
 	sn, pebble, pg, ceiling, fastCeiling *sysRun
-	inProcess               bool
+	inProcess                            bool
 }
 
 // Run measures every selected workload and returns the report. A workload
