@@ -29,10 +29,19 @@ type health struct {
 	// lastSweep is when sweep last ran; a long gap means this process
 	// stood still (frozen, starved), not that the others went quiet.
 	lastSweep time.Time
+	// quietSince is when this node started, or last forgot the others'
+	// silence (forgetSilence); asked is when a request first went to
+	// each node not heard from since. Such a node is found down once
+	// it was asked and stayed silent for reachGrace after both: before
+	// then the bus routes may still be connecting.
+	quietSince time.Time
+	asked      map[string]time.Time
+	reachGrace time.Duration
 }
 
 func newHealth(self string) *health {
-	return &health{self: self, seen: map[string]time.Time{}, inc: map[string]string{}, down: map[string]chan struct{}{}, left: map[string]string{}}
+	return &health{self: self, seen: map[string]time.Time{}, inc: map[string]string{}, down: map[string]chan struct{}{}, left: map[string]string{},
+		quietSince: time.Now(), asked: map[string]time.Time{}, reachGrace: peerReachWait}
 }
 
 // downSignal returns a channel closed when tag is next found down, so a
@@ -44,6 +53,11 @@ func (h *health) downSignal(tag string) <-chan struct{} {
 	if !ok {
 		ch = make(chan struct{})
 		h.down[tag] = ch
+	}
+	if _, heard := h.seen[tag]; !heard {
+		if _, ok := h.asked[tag]; !ok {
+			h.asked[tag] = time.Now()
+		}
 	}
 	return ch
 }
@@ -68,7 +82,28 @@ func (h *health) sweep() {
 	}
 	h.lastSweep = now
 	for tag, ch := range h.down {
-		if time.Since(h.seen[tag]) >= downAfter {
+		seen, heard := h.seen[tag]
+		if !heard {
+			// Never heard from since this node started (or came back in
+			// touch): routing prefers it as a node that is up. Found down
+			// only once it was asked and stayed silent while the bus
+			// routes had time to connect; from then on it counts down
+			// (knownDown) until heard again. Before, requests to it were
+			// cut short at the first sweep, right after a start too, and
+			// a member that froze before this node ever heard it was
+			// never counted down: every write went to it first and ended
+			// in a 504.
+			since := h.quietSince
+			if a := h.asked[tag]; a.After(since) {
+				since = a
+			}
+			if now.Sub(since) < h.reachGrace {
+				continue
+			}
+			h.seen[tag] = time.Time{}
+			delete(h.asked, tag)
+		}
+		if now.Sub(seen) >= downAfter {
 			close(ch)
 			delete(h.down, tag)
 		}
@@ -90,6 +125,7 @@ func (h *health) heard(tag, inc string) {
 	}
 	h.inc[tag] = inc
 	h.seen[tag] = time.Now()
+	delete(h.asked, tag)
 }
 
 // incarnation is the incarnation tag was last heard with ("" if never):
@@ -153,6 +189,8 @@ func (h *health) forgetSilence() {
 			delete(h.seen, tag)
 		}
 	}
+	clear(h.asked)
+	h.quietSince = time.Now()
 }
 
 // up reports whether tag was heard from recently (this node always is).

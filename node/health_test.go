@@ -182,3 +182,58 @@ func TestRequestToACleanlyStoppingNodeWaitsForItsAnswer(t *testing.T) {
 		t.Fatal("a request to a node found down kept waiting")
 	}
 }
+
+// TestNeverHeardNodeIsFoundDownAfterTheGrace: a node this one never heard
+// from (it froze, or its routes never connected) is found down once a
+// request to it stayed unanswered for the grace the bus routes get to
+// connect, counted from this node's start and from the first request, and
+// routing counts it down from then on; before the grace, a request to it
+// is not cut short.
+func TestNeverHeardNodeIsFoundDownAfterTheGrace(t *testing.T) {
+	h := newHealth("A")
+	h.reachGrace = 300 * time.Millisecond
+	sig := h.downSignal("B")
+	h.sweep()
+	select {
+	case <-sig:
+		t.Fatal("a request to a node not heard yet was cut short at once, within the grace")
+	default:
+	}
+	if h.knownDown("B") {
+		t.Fatal("B counted down within the grace")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for fired := false; !fired; {
+		if time.Now().After(deadline) {
+			t.Fatal("B, asked and never heard, was not found down after the grace")
+		}
+		time.Sleep(20 * time.Millisecond)
+		h.sweep()
+		select {
+		case <-sig:
+			fired = true
+		default:
+		}
+	}
+	if !h.knownDown("B") {
+		t.Fatal("B found down but routing does not count it down")
+	}
+	h.heard("B", "one")
+	if h.knownDown("B") || !h.up("B") {
+		t.Fatal("B heard again but still counted down")
+	}
+
+	// Long after this node's start, the grace counts from the first
+	// request to the node.
+	h.quietSince = time.Now().Add(-time.Hour)
+	sig = h.downSignal("C")
+	h.sweep()
+	select {
+	case <-sig:
+		t.Fatal("a request to a node never heard was cut short before the grace from the request")
+	default:
+	}
+	if h.knownDown("C") {
+		t.Fatal("C, never asked until now, counted down")
+	}
+}
