@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -99,6 +100,7 @@ func newFront(ln net.Listener, h http.Handler, maxBody int, idle time.Duration, 
 		DisablePreParseMultipartForm: true,
 		ReduceMemoryUsage:            false,
 		CloseOnShutdown:              true,
+		KeepHijackedConns:            true, // stream closes its connection itself (see there)
 		Logger:                       fasthttpLogger{logger},
 	}
 	return f
@@ -228,11 +230,11 @@ func (f *front) serve(ctx *fasthttp.RequestCtx) {
 		x = &frontExchange{header: http.Header{}, w: frontWriter{header: http.Header{}}}
 		x.rbody.r = &x.body
 	}
-	defer f.pool.Put(x)
 	clear(x.header)
 	clear(x.w.header)
 
 	if err := x.fill(ctx); err != nil {
+		f.pool.Put(x)
 		b, _ := jsonMarshalError(err.Error(), "BadRequest")
 		ctx.Response.Header.SetContentType(jsonContentType[0])
 		ctx.SetStatusCode(http.StatusBadRequest)
@@ -240,17 +242,51 @@ func (f *front) serve(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	if isStream(&x.req) {
-		f.stream(ctx, x.req.Clone(context.Background()))
+		r := x.req.Clone(context.Background())
+		f.pool.Put(x)
+		f.stream(ctx, r)
 		return
 	}
 	rctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	req := x.req.WithContext(rctx)
 	x.w = frontWriter{ctx: ctx, header: x.w.header}
-	f.h.ServeHTTP(&x.w, req)
+	if f.serveHTTP(&x.w, req) {
+		// As net/http's server does: the node goes on, and the client
+		// gets a 500 on a connection that closes. x is not reused: the
+		// handler stopped halfway through.
+		ctx.Response.Reset()
+		b, _ := jsonMarshalError("internal error: the request's handler failed (see the node's log)", "InternalError")
+		ctx.Response.Header.SetContentType(jsonContentType[0])
+		ctx.SetStatusCode(http.StatusInternalServerError)
+		ctx.SetBody(b)
+		ctx.SetConnectionClose()
+		return
+	}
 	if !x.w.wrote {
 		x.w.WriteHeader(http.StatusOK)
 	}
+	f.pool.Put(x)
+}
+
+// serveHTTP runs the handler; a panic is logged with its stack and
+// reported (panicked), as net/http's server recovers it, instead of
+// ending the process (fasthttp does not recover). http.ErrAbortHandler
+// ends a request silently, as in net/http.
+func (f *front) serveHTTP(w http.ResponseWriter, r *http.Request) (panicked bool) {
+	defer func() {
+		if p := recover(); p != nil {
+			panicked = true
+			if p == http.ErrAbortHandler {
+				return
+			}
+			buf := make([]byte, 64<<10)
+			buf = buf[:runtime.Stack(buf, false)]
+			f.logger.Error("http: panic serving a request", "method", r.Method, "path", r.URL.Path, "panic", fmt.Sprint(p), "stack", string(buf))
+		}
+	}()
+	f.h.ServeHTTP(w, r)
+	return false
 }
 
 // fill makes x.req the net/http form of ctx's request. Strings are
@@ -310,16 +346,25 @@ func (f *front) stream(ctx *fasthttp.RequestCtx, r *http.Request) {
 		defer f.wg.Done()
 		sctx, cancel := context.WithCancel(f.streams)
 		defer cancel()
-		go func() { // ends when the handler returns: fasthttp closes c
+		// The client sends nothing more: a read ends when it closes the
+		// connection, or when the stream is over and c is closed below.
+		// c must not be read after this function returns (fasthttp
+		// recycles it), hence the wait for the reader.
+		read := make(chan struct{})
+		go func() {
+			defer close(read)
 			_, _ = io.Copy(io.Discard, c)
 			cancel()
 		}()
 		w := &streamWriter{bw: bufio.NewWriter(c), header: http.Header{}}
-		f.h.ServeHTTP(w, r.WithContext(sctx))
-		if !w.wrote {
-			w.WriteHeader(http.StatusOK)
+		if !f.serveHTTP(w, r.WithContext(sctx)) {
+			if !w.wrote {
+				w.WriteHeader(http.StatusOK)
+			}
+			_ = w.bw.Flush()
 		}
-		_ = w.bw.Flush()
+		_ = c.Close() // closes the connection: KeepHijackedConns
+		<-read
 	})
 }
 

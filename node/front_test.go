@@ -133,6 +133,12 @@ func TestFrontGivesHandlersTheRequestNetHTTPWould(t *testing.T) {
 	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil || s.DB != "a/b" {
 		t.Errorf("db path value %q (%v), want a/b", s.DB, err)
 	}
+	// A chunked body arrives whole, with its length.
+	resp = rawExchange(t, base, "POST /databases/db/docs HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nhel\r\n2\r\nlo\r\n0\r\n\r\n")
+	s = seen{}
+	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil || s.Body != "hello" || s.ContentLength != 5 {
+		t.Errorf("chunked body %q, length %d (%v); want hello, 5", s.Body, s.ContentLength, err)
+	}
 }
 
 // TestFrontRefusesOversizedRequestsWithJSON: what fasthttp refuses before
@@ -316,4 +322,66 @@ func readAnswer(br *bufio.Reader) error {
 	}
 	_, err := br.Discard(n)
 	return err
+}
+
+// TestFrontHeadAndKeepAlive: several requests on one connection, a HEAD
+// among them (RavenDB's clients check a document with HEAD and read its
+// ETag), answered in order, the HEAD without a body.
+func TestFrontHeadAndKeepAlive(t *testing.T) {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("ETag", `"A:1-x"`)
+		writeRaw(w, http.StatusOK, []byte(`{"method":"`+r.Method+`"}`))
+	})
+	base, _ := startFront(t, h, 1000, context.Background())
+	c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, "GET /a HTTP/1.1\r\nHost: x\r\n\r\nHEAD /a HTTP/1.1\r\nHost: x\r\n\r\nGET /a HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(c)
+	for i, method := range []string{"GET", "HEAD", "GET"} {
+		resp, err := http.ReadResponse(br, &http.Request{Method: method})
+		if err != nil {
+			t.Fatalf("answer %d: %v", i, err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatalf("answer %d: %v", i, err)
+		}
+		want := `{"method":"` + method + `"}`
+		if method == "HEAD" {
+			if len(body) != 0 || resp.ContentLength != int64(len(want)) {
+				t.Errorf("HEAD: body %q, Content-Length %d; want none and %d", body, resp.ContentLength, len(want))
+			}
+		} else if string(body) != want {
+			t.Errorf("answer %d: %q, want %q", i, body, want)
+		}
+		if resp.StatusCode != 200 || resp.Header.Get("ETag") != `"A:1-x"` {
+			t.Errorf("answer %d: %d %v", i, resp.StatusCode, resp.Header)
+		}
+	}
+}
+
+// TestFrontSurvivesAPanickingHandler: a handler's panic is a 500 for its
+// request, as with net/http's server, and the node serves on.
+func TestFrontSurvivesAPanickingHandler(t *testing.T) {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/panic" {
+			w.Header().Set("X-Half", "written")
+			panic("handler bug")
+		}
+		writeRaw(w, http.StatusOK, []byte(`{}`))
+	})
+	base, _ := startFront(t, h, 1000, context.Background())
+	resp := rawExchange(t, base, "GET /panic HTTP/1.1\r\nHost: x\r\n\r\n")
+	var e errorBody
+	if err := json.NewDecoder(resp.Body).Decode(&e); err != nil || resp.StatusCode != 500 || e.Type != "InternalError" || resp.Header.Get("X-Half") != "" {
+		t.Fatalf("answer to a panic: %d %v %+v (%v)", resp.StatusCode, resp.Header, e, err)
+	}
+	if resp := rawExchange(t, base, "GET /ok HTTP/1.1\r\nHost: x\r\n\r\n"); resp.StatusCode != 200 {
+		t.Fatalf("after a panic: %d", resp.StatusCode)
+	}
 }
