@@ -303,8 +303,7 @@ func (x *frontExchange) fill(ctx *fasthttp.RequestCtx) error {
 		x.url = *u
 	}
 	for k, v := range ctx.Request.Header.All() {
-		switch string(k) {
-		case "Host", "Content-Length":
+		if string(k) == "Host" { // net/http moves it to Request.Host
 			continue
 		}
 		key := string(k)
