@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/shardnode/shardnode/raftfsm"
 	"github.com/shardnode/shardnode/resharding"
 )
@@ -82,5 +85,47 @@ func TestMovingBucketIsStuckOnlyWithoutProgress(t *testing.T) {
 	}
 	if quiet := sendQuietFor(resharding.SendProgress{Started: now.Add(-time.Second)}, now); quiet > resharding.StuckAfter {
 		t.Errorf("a sender that just started is quiet for %v", quiet)
+	}
+}
+
+// TestStuckMigrationsGauge: shardnode_migrations_stuck counts the
+// migrations the resharding status flags Stuck (the same view: whether a
+// long Moving step progresses is TestMovingBucketIsStuckOnlyWithoutProgress's
+// part), not every migration in flight.
+func TestStuckMigrationsGauge(t *testing.T) {
+	n := testNode(t, t.TempDir())
+	me := n.cfg.Node.Tag
+	long := time.Now().Add(-2 * time.Minute)
+	rec := &raftfsm.DatabaseRecord{DatabaseName: "db", Sharding: raftfsm.Sharding{
+		Shards: map[int]*raftfsm.ShardTopology{0: {Members: []string{me}}, 1: {Members: []string{"Y"}}},
+		BucketMigrations: map[uint32]*raftfsm.BucketMigration{
+			// Long in Moved, destination Y never confirmed: stuck.
+			1: {Bucket: 1, SourceShard: 0, DestinationShard: 1, Status: raftfsm.MigrationMoved, StatusSince: long},
+			// Moved a moment ago: not stuck.
+			2: {Bucket: 2, SourceShard: 0, DestinationShard: 1, Status: raftfsm.MigrationMoved, StatusSince: time.Now()},
+			// Long in Moving with a sender (this node) that does not
+			// answer for it: stuck.
+			3: {Bucket: 3, SourceShard: 0, DestinationShard: 1, Status: raftfsm.MigrationMoving, StatusSince: long},
+		},
+	}}
+	ch := make(chan prometheus.Metric, 64)
+	nodeCollector{n}.collectResharding(ch, rec)
+	close(ch)
+	got := map[string]float64{}
+	for m := range ch {
+		var d dto.Metric
+		if err := m.Write(&d); err != nil {
+			t.Fatal(err)
+		}
+		name := m.Desc().String()
+		if d.Gauge != nil && (strings.Contains(name, `"shardnode_migrations_stuck"`) || strings.Contains(name, `"shardnode_migration_status_age_seconds"`)) {
+			got[strings.Split(strings.Split(name, `fqName: "`)[1], `"`)[0]] = d.Gauge.GetValue()
+		}
+	}
+	if got["shardnode_migrations_stuck"] != 2 {
+		t.Errorf("stuck gauge %v, want 2 (%v)", got["shardnode_migrations_stuck"], got)
+	}
+	if age := got["shardnode_migration_status_age_seconds"]; age < 119 {
+		t.Errorf("status age %v s, want about 120", age)
 	}
 }

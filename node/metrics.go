@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/shardnode/shardnode/raftfsm"
+	"github.com/shardnode/shardnode/resharding"
 )
 
 // metrics is what GET /metrics serves in Prometheus' text format: the
@@ -300,7 +301,8 @@ var (
 	descLag            = prometheus.NewDesc("shardnode_replication_lag_etags", "Local changes a peer replica has not acknowledged yet.", []string{"db", "shard", "peer"}, nil)
 	descLinkFailing    = prometheus.NewDesc("shardnode_replication_link_failing", "1 while the replication link to a peer is retrying after an error.", []string{"db", "shard", "peer"}, nil)
 	descMigrations     = prometheus.NewDesc("shardnode_migrations", "Bucket migrations in the record, by status.", []string{"db", "status"}, nil)
-	descOldest         = prometheus.NewDesc("shardnode_migration_status_age_seconds", "The longest time a migration in flight has been in its status: a stuck move shows here.", []string{"db"}, nil)
+	descOldest         = prometheus.NewDesc("shardnode_migration_status_age_seconds", "The longest time a migration in flight has been in its status: a stuck move shows here, and so does a large or paced bucket that moves on.", []string{"db"}, nil)
+	descStuck          = prometheus.NewDesc("shardnode_migrations_stuck", "Migrations in flight flagged Stuck as the resharding status shows them: in one status for over 60 s, and in Moving with no batch stored for as long (a large or paced bucket that moves on is not stuck).", []string{"db"}, nil)
 	descFailures       = prometheus.NewDesc("shardnode_migration_failures", "Failures of the migrations in flight (each backs off before its retry).", []string{"db"}, nil)
 	descOperations     = prometheus.NewDesc("shardnode_resharding_operations", "Resharding operations the record keeps, by status.", []string{"db", "status"}, nil)
 	descBucketsLeft    = prometheus.NewDesc("shardnode_resharding_buckets_remaining", "Buckets the running resharding operations have still to move.", []string{"db"}, nil)
@@ -409,19 +411,23 @@ func (c nodeCollector) collectResharding(ch chan<- prometheus.Metric, rec *raftf
 	db := rec.DatabaseName
 	byStatus := map[raftfsm.MigrationStatus]int{raftfsm.MigrationMoving: 0, raftfsm.MigrationMoved: 0, raftfsm.MigrationOwnershipTransferred: 0}
 	var oldest time.Duration
-	failures := 0
+	failures, stuck := 0, 0
 	now := time.Now()
 	for _, m := range rec.Sharding.BucketMigrations {
 		byStatus[m.Status]++
 		failures += m.Failures
 		if !m.StatusSince.IsZero() {
 			oldest = max(oldest, now.Sub(m.StatusSince))
+			if now.Sub(m.StatusSince) > resharding.StuckAfter && c.stuck(rec, m) {
+				stuck++
+			}
 		}
 	}
 	for s, v := range byStatus {
 		ch <- prometheus.MustNewConstMetric(descMigrations, prometheus.GaugeValue, float64(v), db, string(s))
 	}
 	ch <- prometheus.MustNewConstMetric(descOldest, prometheus.GaugeValue, oldest.Seconds(), db)
+	ch <- prometheus.MustNewConstMetric(descStuck, prometheus.GaugeValue, float64(stuck), db)
 	ch <- prometheus.MustNewConstMetric(descFailures, prometheus.GaugeValue, float64(failures), db)
 	ops := map[string]int{}
 	var left int64
@@ -440,6 +446,19 @@ func (c nodeCollector) collectResharding(ch chan<- prometheus.Metric, rec *raftf
 			map[float64]float64{0.5: s.p50.Seconds(), 0.99: s.p99.Seconds()}, db)
 	}
 }
+
+// stuck reports whether m, long in its status, is stuck as its view in
+// the resharding status says: for a bucket in Moving that asks its
+// sender's progress (a round trip, at most stuckProbeTimeout; a sender
+// that does not answer counts as stuck).
+func (c nodeCollector) stuck(rec *raftfsm.DatabaseRecord, m *raftfsm.BucketMigration) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), stuckProbeTimeout)
+	defer cancel()
+	return c.n.viewMigration(ctx, rec.DatabaseName, rec.Sharding.Shards, m).Stuck
+}
+
+// stuckProbeTimeout bounds a scrape's question to a sender.
+const stuckProbeTimeout = time.Second
 
 func b2f(b bool) float64 {
 	if b {
