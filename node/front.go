@@ -98,10 +98,13 @@ func newFront(ln net.Listener, h http.Handler, maxBody int, idle time.Duration, 
 		NoDefaultServerHeader:        true,
 		NoDefaultContentType:         true,
 		DisablePreParseMultipartForm: true,
-		ReduceMemoryUsage:            false,
-		CloseOnShutdown:              true,
-		KeepHijackedConns:            true, // stream closes its connection itself (see there)
-		Logger:                       fasthttpLogger{logger},
+		// An idle keep-alive connection gives its 64 KiB read buffer
+		// back, so memory follows requests in flight, not connections
+		// open: no cost measured (go test ./node -bench Front).
+		ReduceMemoryUsage: true,
+		CloseOnShutdown:   true,
+		KeepHijackedConns: true, // stream closes its connection itself (see there)
+		Logger:            fasthttpLogger{logger},
 	}
 	return f
 }
