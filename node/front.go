@@ -45,7 +45,7 @@ import (
 //     do past a URL length.
 //   - Event streams (GET /databases/{db}/events), which write as events
 //     come, are served on the connection taken over from fasthttp
-//     (serveStream), ended by the client's closing it or by node shutdown.
+//     (stream), ended by the client's closing it or by node shutdown.
 type front struct {
 	h       http.Handler
 	ln      net.Listener
@@ -155,6 +155,7 @@ func (f *front) serveError(ctx *fasthttp.RequestCtx, err error) {
 	switch {
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
 		status, typ = http.StatusRequestEntityTooLarge, "BodyTooLarge"
+		err = fmt.Errorf("request body over %d bytes, the most any route takes (bulk_docs: http.max-body-bytes)", f.srv.MaxRequestBodySize-1)
 	case errors.As(err, &small):
 		status, typ = http.StatusRequestHeaderFieldsTooLarge, "HeadersTooLarge"
 		err = fmt.Errorf("request line and headers exceed %d bytes (send many ids as POST /docs)", maxHeaderBytes)
