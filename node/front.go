@@ -237,6 +237,18 @@ func (f *front) serve(ctx *fasthttp.RequestCtx) {
 	clear(x.header)
 	clear(x.w.header)
 
+	if f.closed.Load() {
+		// A connection that outlived Shutdown (busy past its grace:
+		// fasthttp then serves it on) gets no more answers from a node
+		// that stopped; its client reconnects, to whatever listens now.
+		f.pool.Put(x)
+		b, _ := jsonMarshalError("the node stopped; send the request again", "NodeStopping")
+		ctx.Response.Header.SetContentType(jsonContentType[0])
+		ctx.SetStatusCode(http.StatusServiceUnavailable)
+		ctx.SetBody(b)
+		ctx.SetConnectionClose()
+		return
+	}
 	if err := x.fill(ctx); err != nil {
 		f.pool.Put(x)
 		b, _ := jsonMarshalError(err.Error(), "BadRequest")
@@ -269,6 +281,9 @@ func (f *front) serve(ctx *fasthttp.RequestCtx) {
 	}
 	if !x.w.wrote {
 		x.w.WriteHeader(http.StatusOK)
+	}
+	if f.closed.Load() {
+		ctx.SetConnectionClose() // as net/http does after Shutdown
 	}
 	f.pool.Put(x)
 }

@@ -385,3 +385,64 @@ func TestFrontSurvivesAPanickingHandler(t *testing.T) {
 		t.Fatalf("after a panic: %d", resp.StatusCode)
 	}
 }
+
+// TestFrontClosesConnectionsThatOutliveShutdown: a request still running
+// when Shutdown gives up waiting is answered on a connection that then
+// closes, and a request arriving after on another kept-alive connection
+// is refused: a client never keeps talking to a stopped node whose port
+// a restarted one listens on again.
+func TestFrontClosesConnectionsThatOutliveShutdown(t *testing.T) {
+	release := make(chan struct{})
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			<-release
+		}
+		writeRaw(w, http.StatusOK, []byte(`{}`))
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFront(ln, h, 1000, time.Minute, context.Background(), slog.New(slog.DiscardHandler))
+	go f.Serve()
+	dial := func() (net.Conn, *bufio.Reader) {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c, bufio.NewReader(c)
+	}
+	get := func(c net.Conn, br *bufio.Reader, path string) *http.Response {
+		fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: x\r\n\r\n", path)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		return resp
+	}
+	slowC, slowR := dial()
+	idleC, idleR := dial()
+	if resp := get(idleC, idleR, "/ok"); resp.StatusCode != 200 {
+		t.Fatalf("before shutdown: %d", resp.StatusCode)
+	}
+	fmt.Fprintf(slowC, "GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+	time.Sleep(50 * time.Millisecond) // the slow request is in its handler (no harm if not yet)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_ = f.Shutdown(ctx) // gives up: /slow is still running
+	close(release)
+	resp, err := http.ReadResponse(slowR, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !resp.Close {
+		t.Errorf("the request that outlived shutdown was answered on a connection kept alive: %v", resp.Header)
+	}
+	// The idle connection was closed by the shutdown, or refuses.
+	fmt.Fprintf(idleC, "GET /ok HTTP/1.1\r\nHost: x\r\n\r\n")
+	if resp, err := http.ReadResponse(idleR, nil); err == nil && resp.StatusCode == 200 {
+		t.Errorf("a kept-alive connection was served after shutdown")
+	}
+}
