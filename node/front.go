@@ -164,10 +164,7 @@ func (f *front) serveError(ctx *fasthttp.RequestCtx, err error) {
 	if errors.As(err, &timeout) && timeout.Timeout() {
 		status, typ = http.StatusRequestTimeout, "RequestTimeout"
 	}
-	b, _ := jsonMarshalError(err.Error(), typ)
-	ctx.Response.Header.SetContentType(jsonContentType[0])
-	ctx.SetStatusCode(status)
-	ctx.SetBody(b)
+	answerError(ctx, status, typ, err.Error())
 	ctx.SetConnectionClose()
 }
 
@@ -242,19 +239,13 @@ func (f *front) serve(ctx *fasthttp.RequestCtx) {
 		// fasthttp then serves it on) gets no more answers from a node
 		// that stopped; its client reconnects, to whatever listens now.
 		f.pool.Put(x)
-		b, _ := jsonMarshalError("the node stopped; send the request again", "NodeStopping")
-		ctx.Response.Header.SetContentType(jsonContentType[0])
-		ctx.SetStatusCode(http.StatusServiceUnavailable)
-		ctx.SetBody(b)
+		answerError(ctx, http.StatusServiceUnavailable, "NodeStopping", "the node stopped; send the request again")
 		ctx.SetConnectionClose()
 		return
 	}
 	if err := x.fill(ctx); err != nil {
 		f.pool.Put(x)
-		b, _ := jsonMarshalError(err.Error(), "BadRequest")
-		ctx.Response.Header.SetContentType(jsonContentType[0])
-		ctx.SetStatusCode(http.StatusBadRequest)
-		ctx.SetBody(b)
+		answerError(ctx, http.StatusBadRequest, "BadRequest", err.Error())
 		return
 	}
 	if isStream(&x.req) {
@@ -272,10 +263,7 @@ func (f *front) serve(ctx *fasthttp.RequestCtx) {
 		// gets a 500 on a connection that closes. x is not reused: the
 		// handler stopped halfway through.
 		ctx.Response.Reset()
-		b, _ := jsonMarshalError("internal error: the request's handler failed (see the node's log)", "InternalError")
-		ctx.Response.Header.SetContentType(jsonContentType[0])
-		ctx.SetStatusCode(http.StatusInternalServerError)
-		ctx.SetBody(b)
+		answerError(ctx, http.StatusInternalServerError, "InternalError", "internal error: the request's handler failed (see the node's log)")
 		ctx.SetConnectionClose()
 		return
 	}
@@ -422,7 +410,11 @@ func (w *streamWriter) Flush() {
 	_ = w.bw.Flush()
 }
 
-// jsonMarshalError is an error body, {"Error", "Type"}.
-func jsonMarshalError(msg, typ string) ([]byte, error) {
-	return json.Marshal(errorBody{Error: msg, Type: typ})
+// answerError answers ctx's request with the API's error body,
+// {"Error", "Type"}, and status.
+func answerError(ctx *fasthttp.RequestCtx, status int, typ, msg string) {
+	b, _ := json.Marshal(errorBody{Error: msg, Type: typ})
+	ctx.Response.Header.SetContentType(jsonContentType[0])
+	ctx.SetStatusCode(status)
+	ctx.SetBody(b)
 }
