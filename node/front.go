@@ -87,7 +87,6 @@ func newFront(ln net.Listener, h http.Handler, maxBody int, idle time.Duration, 
 	f.srv = &fasthttp.Server{
 		Handler:        f.serve,
 		ErrorHandler:   f.serveError,
-		Name:           "shardnode",
 		ReadBufferSize: maxHeaderBytes,
 		ReadTimeout:    headerTimeout, // from a request's first byte to its last header
 		HeaderReceived: func(*fasthttp.RequestHeader) fasthttp.RequestConfig {
@@ -226,6 +225,14 @@ func (w *frontWriter) Write(b []byte) (int, error) {
 
 // serve is fasthttp's handler: the request, as a net/http one, to f.h.
 func (f *front) serve(ctx *fasthttp.RequestCtx) {
+	if f.closed.Load() {
+		// A connection that outlived Shutdown (busy past its grace:
+		// fasthttp then serves it on) gets no more answers from a node
+		// that stopped; its client reconnects, to whatever listens now.
+		answerError(ctx, http.StatusServiceUnavailable, "NodeStopping", "the node stopped; send the request again")
+		ctx.SetConnectionClose()
+		return
+	}
 	x, _ := f.pool.Get().(*frontExchange)
 	if x == nil {
 		x = &frontExchange{header: http.Header{}, w: frontWriter{header: http.Header{}}}
@@ -233,16 +240,6 @@ func (f *front) serve(ctx *fasthttp.RequestCtx) {
 	}
 	clear(x.header)
 	clear(x.w.header)
-
-	if f.closed.Load() {
-		// A connection that outlived Shutdown (busy past its grace:
-		// fasthttp then serves it on) gets no more answers from a node
-		// that stopped; its client reconnects, to whatever listens now.
-		f.pool.Put(x)
-		answerError(ctx, http.StatusServiceUnavailable, "NodeStopping", "the node stopped; send the request again")
-		ctx.SetConnectionClose()
-		return
-	}
 	if err := x.fill(ctx); err != nil {
 		f.pool.Put(x)
 		answerError(ctx, http.StatusBadRequest, "BadRequest", err.Error())

@@ -392,9 +392,10 @@ func TestFrontSurvivesAPanickingHandler(t *testing.T) {
 // is refused: a client never keeps talking to a stopped node whose port
 // a restarted one listens on again.
 func TestFrontClosesConnectionsThatOutliveShutdown(t *testing.T) {
-	release := make(chan struct{})
+	entered, release := make(chan struct{}), make(chan struct{})
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/slow" {
+			close(entered)
 			<-release
 		}
 		writeRaw(w, http.StatusOK, []byte(`{}`))
@@ -428,7 +429,11 @@ func TestFrontClosesConnectionsThatOutliveShutdown(t *testing.T) {
 		t.Fatalf("before shutdown: %d", resp.StatusCode)
 	}
 	fmt.Fprintf(slowC, "GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
-	time.Sleep(50 * time.Millisecond) // the slow request is in its handler (no harm if not yet)
+	select {
+	case <-entered: // the slow request is in its handler, its connection busy
+	case <-time.After(10 * time.Second):
+		t.Fatal("the slow request did not reach its handler")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	_ = f.Shutdown(ctx) // gives up: /slow is still running

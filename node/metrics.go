@@ -418,7 +418,10 @@ func (c nodeCollector) collectResharding(ch chan<- prometheus.Metric, rec *raftf
 		failures += m.Failures
 		if !m.StatusSince.IsZero() {
 			oldest = max(oldest, now.Sub(m.StatusSince))
-			if now.Sub(m.StatusSince) > resharding.StuckAfter && c.stuck(rec, m) {
+			// Viewed only when long in its status: a view of a long
+			// Moving step asks its sender (bounded by sendProgressWait;
+			// a sender that does not answer counts as stuck).
+			if now.Sub(m.StatusSince) > resharding.StuckAfter && c.n.viewMigration(context.Background(), db, rec.Sharding.Shards, m).Stuck {
 				stuck++
 			}
 		}
@@ -446,19 +449,6 @@ func (c nodeCollector) collectResharding(ch chan<- prometheus.Metric, rec *raftf
 			map[float64]float64{0.5: s.p50.Seconds(), 0.99: s.p99.Seconds()}, db)
 	}
 }
-
-// stuck reports whether m, long in its status, is stuck as its view in
-// the resharding status says: for a bucket in Moving that asks its
-// sender's progress (a round trip, at most stuckProbeTimeout; a sender
-// that does not answer counts as stuck).
-func (c nodeCollector) stuck(rec *raftfsm.DatabaseRecord, m *raftfsm.BucketMigration) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), stuckProbeTimeout)
-	defer cancel()
-	return c.n.viewMigration(ctx, rec.DatabaseName, rec.Sharding.Shards, m).Stuck
-}
-
-// stuckProbeTimeout bounds a scrape's question to a sender.
-const stuckProbeTimeout = time.Second
 
 func b2f(b bool) float64 {
 	if b {
