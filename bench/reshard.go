@@ -155,6 +155,14 @@ type ReshardFigures struct {
 	ReroutedP50Ms float64 `json:",omitempty"`
 	ReroutedP99Ms float64 `json:",omitempty"`
 	ReroutedMaxMs float64 `json:",omitempty"`
+	// Held* are the other half of the server's measure (the ArrivalHolds
+	// figures of the same statistics): the routed writes the new owner's
+	// replicas held until the source's last pass after the flip was
+	// recorded, and how long each waited. P50/P99 and Max as for Rerouted.
+	Held      uint64  `json:",omitempty"`
+	HeldP50Ms float64 `json:",omitempty"`
+	HeldP99Ms float64 `json:",omitempty"`
+	HeldMaxMs float64 `json:",omitempty"`
 	// MovingWrites counts the writes into moving buckets during the move;
 	// MovingWritesP99Ms is their p99.
 	MovingWrites      int64   `json:",omitempty"`
@@ -393,6 +401,10 @@ func (e *reshardEnv) reroutes(ctx context.Context, f *ReshardFigures) error {
 				WritesRerouted                     uint64
 				DelayP50Ms, DelayP99Ms, DelayMaxMs float64
 			}
+			ArrivalHolds struct {
+				WritesHeld                         uint64
+				DelayP50Ms, DelayP99Ms, DelayMaxMs float64
+			}
 		}
 		if err := getJSON(ctx, e.hc, u+"/databases/"+e.db+"/stats", &st); err != nil {
 			return fmt.Errorf("reroute figures of %s: %w", u, err)
@@ -402,6 +414,11 @@ func (e *reshardEnv) reroutes(ctx context.Context, f *ReshardFigures) error {
 		f.ReroutedP50Ms = max(f.ReroutedP50Ms, r.DelayP50Ms)
 		f.ReroutedP99Ms = max(f.ReroutedP99Ms, r.DelayP99Ms)
 		f.ReroutedMaxMs = max(f.ReroutedMaxMs, r.DelayMaxMs)
+		h := st.ArrivalHolds
+		f.Held += h.WritesHeld
+		f.HeldP50Ms = max(f.HeldP50Ms, h.DelayP50Ms)
+		f.HeldP99Ms = max(f.HeldP99Ms, h.DelayP99Ms)
+		f.HeldMaxMs = max(f.HeldMaxMs, h.DelayMaxMs)
 	}
 	return nil
 }
@@ -1088,17 +1105,17 @@ func (r *run) reshardForeground(ctx context.Context, open bool) []Row {
 
 	rows := []Row{busy.row(w, sysShardnode), idle.row(w, sysNoMove)}
 	rows[0].Reshard = fig
-	rows[0].Note = fmt.Sprintf("%d clients' durable PUTs of ~1 KiB, %s (%d into the bucket migrating now, %d outside the moving range) during a move of %d non-empty buckets (+%d empty) shard 0→2, %.1f s (per bucket p50 %.1f ms; process CPU %.2f cores); flip pause, per flip the longest write into the flipping bucket in flight while the nodes applied the flip (first to last node's event ±%d ms, span p50 %.1f / p99 %.1f ms): p50 %.1f / p99 %.1f / max %.1f ms, against %.1f / %.1f ms for %d writers outside the moving range in the same spans, so the flip adds p50 %.1f / p99 %.1f / max %.1f ms (%d flips; the same difference between two such groups of writers, the noise floor: p50 %.1f / p99 %.1f ms; the same difference for the same bucket halfway between Moving and the flip, the move without the flip: p50 %.1f / p99 %.1f ms); old definition (longest write into the flipping bucket within ±%d ms of OwnershipTransferred) p50 %.1f / p99 %.1f / max %.1f ms over %d of %d flips; measured by the nodes (the delay a refusal after a flip added to each write until its attempt at the new owner began) p50 %.1f / p99 %.1f / max %.1f ms over %d rerouted writes; writes into moving buckets p99 %.1f ms; %d-node in-process cluster, RF %d",
+	rows[0].Note = fmt.Sprintf("%d clients' durable PUTs of ~1 KiB, %s (%d into the bucket migrating now, %d outside the moving range) during a move of %d non-empty buckets (+%d empty) shard 0→2, %.1f s (per bucket p50 %.1f ms; process CPU %.2f cores); flip pause, per flip the longest write into the flipping bucket in flight while the nodes applied the flip (first to last node's event ±%d ms, span p50 %.1f / p99 %.1f ms): p50 %.1f / p99 %.1f / max %.1f ms, against %.1f / %.1f ms for %d writers outside the moving range in the same spans, so the flip adds p50 %.1f / p99 %.1f / max %.1f ms (%d flips; the same difference between two such groups of writers, the noise floor: p50 %.1f / p99 %.1f ms; the same difference for the same bucket halfway between Moving and the flip, the move without the flip: p50 %.1f / p99 %.1f ms); old definition (longest write into the flipping bucket within ±%d ms of OwnershipTransferred) p50 %.1f / p99 %.1f / max %.1f ms over %d of %d flips; measured by the nodes (the delay a refusal after a flip added to each write until its attempt at the new owner began) p50 %.1f / p99 %.1f / max %.1f ms over %d rerouted writes, and the wait of the writes the new owner held for the source's last pass p50 %.1f / p99 %.1f / max %.1f ms over %d held writes; writes into moving buckets p99 %.1f ms; %d-node in-process cluster, RF %d",
 		clients, loadNote, movers, clients-movers, n, fig.EmptyBuckets, fig.TotalSeconds, fig.BucketP50Ms, fig.CPUCores,
 		flipSlack.Milliseconds(), fig.FlipSpanP50Ms, fig.FlipSpanP99Ms, fig.AtFlipP50Ms, fig.AtFlipP99Ms, fig.AtFlipMaxMs, fig.ControlP50Ms, fig.ControlP99Ms, movers,
 		fig.FlipExcessP50Ms, fig.FlipExcessP99Ms, fig.FlipExcessMaxMs, fig.FlipsMeasured, fig.NoiseP50Ms, fig.NoiseP99Ms, fig.MidMoveExcessP50Ms, fig.MidMoveExcessP99Ms, flipWindow.Milliseconds(),
-		fig.FlipPauseP50Ms, fig.FlipPauseP99Ms, fig.FlipPauseMaxMs, fig.FlipsWithWrites, fig.Flips, fig.ReroutedP50Ms, fig.ReroutedP99Ms, fig.ReroutedMaxMs, fig.Rerouted, fig.MovingWritesP99Ms, reshardNodes, reshardRF)
+		fig.FlipPauseP50Ms, fig.FlipPauseP99Ms, fig.FlipPauseMaxMs, fig.FlipsWithWrites, fig.Flips, fig.ReroutedP50Ms, fig.ReroutedP99Ms, fig.ReroutedMaxMs, fig.Rerouted, fig.HeldP50Ms, fig.HeldP99Ms, fig.HeldMaxMs, fig.Held, fig.MovingWritesP99Ms, reshardNodes, reshardRF)
 	rows[1].Note = fmt.Sprintf("the same load on the same cluster for %.0f s before the move (movers write into random buckets of the range); sn/base = with move / without", dur.Seconds())
 	if open {
 		rows[1].Note += "; " + loadNote
 	}
-	r.logf("%-12s %-10s %d writes in %.1fs during the move; flip pause p99 %.1f ms, control %.1f ms, added p50 %.1f / p99 %.1f ms (%d flips; noise floor p50 %.1f / p99 %.1f ms; mid-move p50 %.1f / p99 %.1f ms); old definition p99 %.1f ms; measured by the nodes p50 %.1f / p99 %.1f / max %.1f ms over %d rerouted writes", w, sysShardnode, len(busy.writes), busy.elapsed.Seconds(),
-		fig.AtFlipP99Ms, fig.ControlP99Ms, fig.FlipExcessP50Ms, fig.FlipExcessP99Ms, fig.FlipsMeasured, fig.NoiseP50Ms, fig.NoiseP99Ms, fig.MidMoveExcessP50Ms, fig.MidMoveExcessP99Ms, fig.FlipPauseP99Ms, fig.ReroutedP50Ms, fig.ReroutedP99Ms, fig.ReroutedMaxMs, fig.Rerouted)
+	r.logf("%-12s %-10s %d writes in %.1fs during the move; flip pause p99 %.1f ms, control %.1f ms, added p50 %.1f / p99 %.1f ms (%d flips; noise floor p50 %.1f / p99 %.1f ms; mid-move p50 %.1f / p99 %.1f ms); old definition p99 %.1f ms; measured by the nodes p50 %.1f / p99 %.1f / max %.1f ms over %d rerouted writes, held p50 %.1f / p99 %.1f / max %.1f ms over %d held writes", w, sysShardnode, len(busy.writes), busy.elapsed.Seconds(),
+		fig.AtFlipP99Ms, fig.ControlP99Ms, fig.FlipExcessP50Ms, fig.FlipExcessP99Ms, fig.FlipsMeasured, fig.NoiseP50Ms, fig.NoiseP99Ms, fig.MidMoveExcessP50Ms, fig.MidMoveExcessP99Ms, fig.FlipPauseP99Ms, fig.ReroutedP50Ms, fig.ReroutedP99Ms, fig.ReroutedMaxMs, fig.Rerouted, fig.HeldP50Ms, fig.HeldP99Ms, fig.HeldMaxMs, fig.Held)
 	return rows
 }
 

@@ -64,8 +64,11 @@ type Node struct {
 	reroutes *reroutes
 	// holds records, per database, the routed writes this node's
 	// replicas held for a bucket arriving here (see waitFlipSettled).
-	holds   *reroutes
-	metrics *metrics // GET /metrics
+	holds *reroutes
+	// lastPasses holds what senders said their last pass into this
+	// node's replicas covered, ahead of the record (see lastPasses).
+	lastPasses *lastPasses
+	metrics    *metrics // GET /metrics
 
 	started time.Time
 	// rejoined is when (Unix ns) the node last came back in touch after
@@ -129,7 +132,7 @@ func Start(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Nod
 		logger = slog.New(slog.DiscardHandler)
 	}
 	logger = logger.With("node", cfg.Node.Tag)
-	n := &Node{cfg: cfg, logger: logger, fsm: raftfsm.New(), started: time.Now(), incarnation: strconv.FormatUint(rand.Uint64(), 36), health: newHealth(cfg.Node.Tag), reroutes: newReroutes(), holds: newReroutes(), rpcHandlers: map[string]rpcHandler{}, regKick: make(chan struct{}, 1), refused: make(chan struct{}), fresh: newFreshness(), readyCh: make(chan struct{}), drained: make(chan struct{})}
+	n := &Node{cfg: cfg, logger: logger, fsm: raftfsm.New(), started: time.Now(), incarnation: strconv.FormatUint(rand.Uint64(), 36), health: newHealth(cfg.Node.Tag), reroutes: newReroutes(), holds: newReroutes(), lastPasses: newLastPasses(), rpcHandlers: map[string]rpcHandler{}, regKick: make(chan struct{}, 1), refused: make(chan struct{}), fresh: newFreshness(), readyCh: make(chan struct{}), drained: make(chan struct{})}
 	runCtx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
 	n.runCtx = runCtx
@@ -182,6 +185,7 @@ func Start(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Nod
 	n.registerShardRPC()
 	n.registerClusterRPC()
 	n.registerMigrationRPC()
+	n.registerLastPassRPC()
 	if _, err := n.serveRPC(runCtx); err != nil {
 		return nil, err
 	}

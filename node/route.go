@@ -31,7 +31,9 @@ func (n *Node) recordOf(db string) *raftfsm.DatabaseRecord {
 // first waits (localReplica.write) until this node's record reaches it,
 // then is decided by that record, and is refused as catching up if it did
 // not get there.
-func (n *Node) guardWrites(db string, shard int, ops []storage.Op, routed uint64) error {
+//
+// passIn is as for flipUnsettled.
+func (n *Node) guardWrites(db string, shard int, ops []storage.Op, routed uint64, passIn func(*raftfsm.BucketMigration) bool) error {
 	rec := n.recordOf(db)
 	if rec == nil {
 		return notFound("DatabaseDoesNotExist", "database %q does not exist", db)
@@ -53,7 +55,7 @@ func (n *Node) guardWrites(db string, shard int, ops []storage.Op, routed uint64
 				Owner: &ownerHint{Shard: owner, RecordEtag: rec.Etag}}
 		}
 	}
-	if b, ok := flipUnsettled(rec, shard, ops, opID); ok {
+	if b, ok := flipUnsettled(rec, shard, ops, opID, passIn); ok {
 		return errBucketArriving(db, shard, b)
 	}
 	return nil
@@ -97,12 +99,16 @@ func readID(id string) string   { return id }
 // takes a moving bucket's writes only once the last pass is recorded:
 // moves made by the documents migrator are not held, their source never
 // owned the bucket.
-func flipUnsettled[T any](rec *raftfsm.DatabaseRecord, shard int, items []T, id func(T) string) (uint32, bool) {
+//
+// passIn, when not nil, reports whether the local replica holds a
+// migration's last pass ahead of the record (see lastPasses): such a
+// bucket is settled here.
+func flipUnsettled[T any](rec *raftfsm.DatabaseRecord, shard int, items []T, id func(T) string, passIn func(*raftfsm.BucketMigration) bool) (uint32, bool) {
 	if len(rec.Sharding.BucketMigrations) == 0 {
 		return 0, false
 	}
 	for _, it := range items {
-		if b := bucket.ForID(id(it)); arriving(rec, shard, b) {
+		if b := bucket.ForID(id(it)); arriving(rec, shard, b, passIn) {
 			return b, true
 		}
 	}
@@ -110,11 +116,13 @@ func flipUnsettled[T any](rec *raftfsm.DatabaseRecord, shard int, items []T, id 
 }
 
 // arriving reports whether bucket b moves to shard in a migration (not a
-// documents-migrator one) whose sender has not recorded its last pass.
-func arriving(rec *raftfsm.DatabaseRecord, shard int, b uint32) bool {
+// documents-migrator one) whose sender has not recorded its last pass,
+// nor (passIn, if not nil) told it to the local replica, which holds it.
+func arriving(rec *raftfsm.DatabaseRecord, shard int, b uint32, passIn func(*raftfsm.BucketMigration) bool) bool {
 	m := rec.Sharding.BucketMigrations[b]
 	return m != nil && m.DestinationShard == shard && !m.Leftovers && m.FinalPass == nil &&
-		(m.Status == raftfsm.MigrationMoved || m.Status == raftfsm.MigrationOwnershipTransferred)
+		(m.Status == raftfsm.MigrationMoved || m.Status == raftfsm.MigrationOwnershipTransferred) &&
+		(passIn == nil || !passIn(m))
 }
 
 // errBucketArriving is the retryable refusal of a write into a bucket
@@ -131,8 +139,8 @@ func errBucketArriving(db string, shard int, b uint32) error {
 const flipSettleWait = 2 * time.Second
 
 // waitFlipSettled holds a routed request into a bucket arriving at its
-// shard until the source's last pass is recorded here (see
-// flipUnsettled), at most flipSettleWait; unsettled says whether the
+// shard until the source's last pass is recorded here or stored in the
+// local replica (see flipUnsettled, lastPasses), at most flipSettleWait; unsettled says whether the
 // request still waits by a record. It returns how long it held the
 // request (0: not at all).
 func (n *Node) waitFlipSettled(ctx context.Context, db string, unsettled func(*raftfsm.DatabaseRecord) bool) time.Duration {
@@ -146,8 +154,10 @@ func (n *Node) waitFlipSettled(ctx context.Context, db string, unsettled func(*r
 	t := time.NewTimer(flipSettleWait)
 	defer t.Stop()
 	for {
+		passed := n.lastPasses.changed()
 		select {
 		case <-ch:
+		case <-passed:
 		case <-t.C:
 			return time.Since(start)
 		case <-ctx.Done():

@@ -446,9 +446,16 @@ func (a *Agent) send(ctx context.Context, m raftfsm.BucketMigration) error {
 				// See responsible: the next member makes the last pass.
 				return errStopping
 			}
+			// The destination's replicas hear of the pass from here at
+			// once, and through the record a raft round later: those that
+			// hold all of it take the bucket's writes from the first.
+			version := s.version.String()
+			s.wg.Go(func() {
+				a.c.AnnounceLastPass(ctx, LastPass{DB: a.db, Shard: m.DestinationShard, Bucket: m.Bucket, MigrationIndex: m.MigrationIndex, ChangeVector: version})
+			})
 			return a.propose(ctx, &raftfsm.SourceMigrationFinalPass{Meta: raftfsm.Meta{At: time.Now().UTC()}, Database: a.db, Bucket: m.Bucket,
 				MigrationIndex: m.MigrationIndex, Documents: docs, Bytes: bytes,
-				Pass: raftfsm.MigrationPass{ChangeVector: s.version.String(), SentThrough: progress, SentBy: a.s.DatabaseID(), Node: a.c.NodeTag()}})
+				Pass: raftfsm.MigrationPass{ChangeVector: version, SentThrough: progress, SentBy: a.s.DatabaseID(), Node: a.c.NodeTag()}})
 		}
 		// Caught up (the tail fit in one batch): record what was sent. Later
 		// writes keep flowing through the tail while Moved and in the last

@@ -24,6 +24,7 @@ type fakeCluster struct {
 	proposed  []raftfsm.Command
 	sent      []int // each batch's size, as the sender counts it
 	throttled []int // each ThrottleSend's bytes
+	announced []LastPass
 }
 
 func (c *fakeCluster) NodeTag() string                                { return "B" }
@@ -64,6 +65,12 @@ func (c *fakeCluster) ThrottleSend(_ context.Context, bytes int) error {
 	defer c.mu.Unlock()
 	c.throttled = append(c.throttled, bytes)
 	return nil
+}
+
+func (c *fakeCluster) AnnounceLastPass(_ context.Context, p LastPass) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.announced = append(c.announced, p)
 }
 
 func (c *fakeCluster) SendBatch(ctx context.Context, b *Batch) error {
@@ -125,6 +132,15 @@ func TestReplacingSenderCountsOnlyItsLastPass(t *testing.T) {
 	}
 	if p.Documents != 0 {
 		t.Fatalf("the replacing sender's last pass counts %d documents, want 0 (its snapshot re-sent the %d the migration counted)", p.Documents, docs)
+	}
+	// The destination hears of the same pass directly, ahead of the
+	// record, so that its replicas can take the bucket's writes sooner.
+	want := LastPass{DB: "db", Shard: 1, Bucket: b, MigrationIndex: 7, ChangeVector: p.Pass.ChangeVector}
+	if len(c.announced) != 1 || c.announced[0] != want {
+		t.Fatalf("announced %+v, want %+v", c.announced, want)
+	}
+	if p.Pass.ChangeVector == "" {
+		t.Fatal("the last pass covers no version")
 	}
 	// Writes into the bucket wait for this snapshot and the last pass:
 	// the node's move bandwidth must not hold them back.

@@ -39,6 +39,13 @@ type Cluster interface {
 	// both ways keeps one (same version). Each destination replica thus
 	// confirms from its own commits, without waiting for replication.
 	SendBatch(ctx context.Context, b *Batch) error
+	// AnnounceLastPass tells the destination shard's reachable replicas
+	// what the sender's last pass after the flip covered, once it is
+	// stored, ahead of SourceMigrationFinalPass: a replica that holds all
+	// of it takes the bucket's writes at once instead of waiting for the
+	// record. Best effort; it returns when each replica answered or gave
+	// up.
+	AnnounceLastPass(ctx context.Context, p LastPass)
 	// ThrottleSend returns once this node's move bandwidth
 	// (resharding.max-send-bytes-per-sec, shared by every migration it
 	// sends) allows a batch of bytes more, at once when it is unlimited,
@@ -82,6 +89,18 @@ type Batch struct {
 	MigrationIndex uint64             `json:"MigrationIndex"`
 	DatabaseID     string             `json:"DatabaseId"`
 	Items          []replication.Item `json:"Items"`
+}
+
+// LastPass is what a sender's last pass after the ownership flip covered,
+// as AnnounceLastPass tells it.
+type LastPass struct {
+	DB             string
+	Shard          int // the destination shard
+	Bucket         uint32
+	MigrationIndex uint64
+	// ChangeVector is the merged version of everything the sender sent
+	// (the pass's record carries the same).
+	ChangeVector string
 }
 
 // ApplyBatch stores a migration batch on the destination replica s: each

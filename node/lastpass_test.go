@@ -1,0 +1,110 @@
+package node
+
+import (
+	"context"
+	"testing"
+
+	"github.com/shardnode/shardnode/bucket"
+	"github.com/shardnode/shardnode/changevector"
+	"github.com/shardnode/shardnode/raftfsm"
+	"github.com/shardnode/shardnode/storage"
+)
+
+// TestLastPassSettlesABucketOnlyWhereItIsStored: a sender's notice of its
+// last pass lets a moving bucket's requests in on a destination replica
+// whose copy covers the pass, and only for that migration into that shard;
+// a replica that lacks part of the pass (a batch it missed, which comes by
+// replication) keeps waiting for the record.
+func TestLastPassSettlesABucketOnlyWhereItIsStored(t *testing.T) {
+	s, err := storage.Open(storage.Options{Dir: t.TempDir(), NodeTag: "C"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ids := []string{"orders/1$tenants/9", "orders/2$tenants/9"}
+	b := bucket.ForID(ids[0])
+	for _, id := range ids {
+		if _, err := s.Write(context.Background(), []storage.Op{{Kind: storage.OpPut, ID: id, Body: []byte(`{"n":1}`)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := s.BucketStats(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := changevector.ParseVector(st.ChangeVector)
+	if err != nil || len(held) == 0 {
+		t.Fatalf("bucket version %q: %v", st.ChangeVector, err)
+	}
+	// A pass that sent one item more than this replica stored.
+	more := changevector.Merge(held, changevector.Vector{{Tag: held[0].Tag, Etag: held[0].Etag + 1, DBID: held[0].DBID}})
+
+	m := &raftfsm.BucketMigration{Bucket: b, SourceShard: 0, DestinationShard: 1, Status: raftfsm.MigrationOwnershipTransferred, MigrationIndex: 7}
+	rec := &raftfsm.DatabaseRecord{DatabaseName: "db"}
+	rec.Sharding.BucketMigrations = map[uint32]*raftfsm.BucketMigration{b: m}
+	lp := newLastPasses()
+	passIn := func(m *raftfsm.BucketMigration) bool { return lp.stored("db", 1, m, s) }
+	unsettled := func() bool {
+		_, ok := flipUnsettled(rec, 1, ids, readID, passIn)
+		return ok
+	}
+	never := func(lastPassKey) bool { return false }
+
+	if !unsettled() {
+		t.Fatal("a bucket arriving with no last pass heard of is settled")
+	}
+	lp.note(lastPassKey{"db", 1, b, 6}, held, never) // an earlier migration of the bucket
+	lp.note(lastPassKey{"db", 2, b, 7}, held, never) // another shard
+	lp.note(lastPassKey{"dx", 1, b, 7}, held, never) // another database
+	lp.note(lastPassKey{"db", 1, b, 7}, more, never) // this one, not all stored here
+	if !unsettled() {
+		t.Fatal("the bucket is settled by a pass this replica does not hold all of, or by another migration's")
+	}
+	woken := lp.changed()
+	lp.note(lastPassKey{"db", 1, b, 7}, held, never)
+	select {
+	case <-woken:
+	default:
+		t.Fatal("a note did not wake the requests waiting for one")
+	}
+	if unsettled() {
+		t.Fatal("the bucket is not settled by a last pass this replica holds")
+	}
+	// Without the notice path (passIn nil), only the record settles it.
+	if _, ok := flipUnsettled(rec, 1, ids, readID, nil); !ok {
+		t.Fatal("the record alone settles a bucket whose last pass it lacks")
+	}
+	// The documents migrator's moves are never held.
+	m.Leftovers = true
+	if _, ok := flipUnsettled(rec, 1, ids, readID, nil); ok {
+		t.Fatal("a documents-migrator move holds requests")
+	}
+}
+
+// TestLastPassesForgetSettledMigrations: the notes are bounded; past
+// lastPassesKept, those whose record has the pass (stale) go first.
+func TestLastPassesForgetSettledMigrations(t *testing.T) {
+	lp := newLastPasses()
+	v, err := changevector.ParseVector("A:1-" + changevector.NewDatabaseID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 * lastPassesKept {
+		lp.note(lastPassKey{"db", 1, uint32(i), uint64(i + 1)}, v, func(k lastPassKey) bool { return k.bucket%2 == 0 })
+	}
+	lp.mu.Lock()
+	n := len(lp.m)
+	lp.mu.Unlock()
+	if n > 2*lastPassesKept {
+		t.Fatalf("%d notes kept, want at most %d", n, 2*lastPassesKept)
+	}
+	for i := range lastPassesKept / 2 {
+		k := lastPassKey{"db", 1, uint32(2 * i), uint64(2*i + 1)}
+		lp.mu.Lock()
+		_, kept := lp.m[k]
+		lp.mu.Unlock()
+		if kept {
+			t.Fatalf("note %+v kept, though stale", k)
+		}
+	}
+}
