@@ -100,6 +100,9 @@ func (lp *lastPasses) stored(db string, shard int, m *raftfsm.BucketMigration, s
 	return err == nil && have.Covers(want)
 }
 
+// lastPassHeader carries a migration batch's LastPass on the bus.
+const lastPassHeader = "Shardnode-Last-Pass"
+
 // lastPassNotice is the body of migration.lastpass.
 type lastPassNotice struct {
 	DB             string `json:"Db"`

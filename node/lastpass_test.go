@@ -2,11 +2,16 @@ package node
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/shardnode/shardnode/bucket"
 	"github.com/shardnode/shardnode/changevector"
 	"github.com/shardnode/shardnode/raftfsm"
+	"github.com/shardnode/shardnode/replication"
+	"github.com/shardnode/shardnode/resharding"
 	"github.com/shardnode/shardnode/storage"
 )
 
@@ -106,5 +111,51 @@ func TestLastPassesForgetSettledMigrations(t *testing.T) {
 		if kept {
 			t.Fatalf("note %+v kept, though stale", k)
 		}
+	}
+}
+
+// TestMigrationBatchEndingTheLastPassSettlesTheBucket: the batch that ends
+// a sender's last pass (Batch.LastPass) settles the bucket on the replica
+// that stores it, before any notice or record; other batches do not.
+func TestMigrationBatchEndingTheLastPassSettlesTheBucket(t *testing.T) {
+	s, err := storage.Open(storage.Options{Dir: t.TempDir(), NodeTag: "C"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	n := &Node{lastPasses: newLastPasses(), logger: slog.New(slog.DiscardHandler)}
+	l := &localReplica{n: n, db: "db", shard: 1, s: s}
+	id := "orders/1$tenants/9"
+	b := bucket.ForID(id)
+	dbid := changevector.NewDatabaseID()
+	m := &raftfsm.BucketMigration{Bucket: b, SourceShard: 0, DestinationShard: 1, Status: raftfsm.MigrationOwnershipTransferred, MigrationIndex: 7}
+	item := func(etag int) replication.Item {
+		return replication.Item{ID: id, Collection: "Orders", ChangeVector: fmt.Sprintf("A:%d-%s", etag, dbid), LastModified: time.Now().UTC(), Body: []byte(`{"n":1}`)}
+	}
+	batch := &resharding.Batch{DB: "db", Shard: 1, Bucket: b, MigrationIndex: 7, DatabaseID: "srcdb", Items: []replication.Item{item(3)}}
+	if err := l.migrate(context.Background(), batch); err != nil {
+		t.Fatal(err)
+	}
+	if n.lastPasses.stored("db", 1, m, s) {
+		t.Fatal("a batch that does not end the last pass settled the bucket")
+	}
+	end := *batch
+	end.Items = nil
+	end.LastPass = fmt.Sprintf("A:3-%s", dbid)
+	if err := l.migrate(context.Background(), &end); err != nil {
+		t.Fatal(err)
+	}
+	if !n.lastPasses.stored("db", 1, m, s) {
+		t.Fatal("the stored end of the last pass did not settle the bucket")
+	}
+	// An end that claims more than the replica holds settles nothing.
+	ahead := end
+	ahead.MigrationIndex, m.MigrationIndex = 8, 8
+	ahead.LastPass = fmt.Sprintf("A:4-%s", dbid)
+	if err := l.migrate(context.Background(), &ahead); err != nil {
+		t.Fatal(err)
+	}
+	if n.lastPasses.stored("db", 1, m, s) {
+		t.Fatal("a last pass this replica does not hold all of settled the bucket")
 	}
 }

@@ -569,7 +569,20 @@ func (l *localReplica) conflicts(_ context.Context, limit int) ([]storage.Confli
 }
 
 func (l *localReplica) migrate(ctx context.Context, b *resharding.Batch) error {
-	return resharding.ApplyBatch(ctx, l.s, b)
+	if err := resharding.ApplyBatch(ctx, l.s, b); err != nil {
+		return err
+	}
+	if b.LastPass != "" {
+		// The end of the sender's last pass, stored: the bucket's
+		// requests may come in (see lastPasses) without waiting for the
+		// sender's next message, or for the record. The batch is stored
+		// either way: a notice that does not parse only loses the head
+		// start.
+		if err := l.n.noteLastPass(lastPassNotice{DB: b.DB, Shard: b.Shard, Bucket: b.Bucket, MigrationIndex: b.MigrationIndex, ChangeVector: b.LastPass}); err != nil {
+			l.n.logger.Warn("last pass of a migration batch", "db", b.DB, "bucket", b.Bucket, "err", err)
+		}
+	}
+	return nil
 }
 
 // busMessageSlack leaves room in a bus message for the request's headers.
@@ -587,8 +600,12 @@ func (r *remoteReplica) migrate(ctx context.Context, b *resharding.Batch) error 
 	if err != nil {
 		return err
 	}
+	var headers map[string]string
+	if b.LastPass != "" {
+		headers = map[string]string{lastPassHeader: b.LastPass}
+	}
 	for _, data := range parts {
-		if _, err := r.n.callRaw(ctx, r.tag, "migration.batch", data); err != nil {
+		if _, err := r.n.callRawWith(ctx, r.tag, "migration.batch", data, headers); err != nil {
 			return err
 		}
 	}

@@ -363,6 +363,7 @@ func (n *Node) registerMigrationRPC() {
 		if err != nil {
 			return nil, badRequest("decode migration batch: %v", err)
 		}
+		b.LastPass = rpcHeader(ctx, lastPassHeader)
 		l, err := n.local(b.DB, b.Shard)
 		if err != nil {
 			return nil, err

@@ -420,7 +420,7 @@ func (a *Agent) send(ctx context.Context, m raftfsm.BucketMigration) error {
 		s.mu.Lock()
 		docsBefore, bytesBefore := s.docs, s.bytes
 		s.mu.Unlock()
-		n, next, err := s.tail(ctx, feed)
+		n, next, err := s.tail(ctx, feed, final)
 		if err != nil {
 			return err
 		}
@@ -501,6 +501,9 @@ type sender struct {
 	// throttle makes each batch wait for the node's move bandwidth
 	// (Cluster.ThrottleSend).
 	throttle bool
+	// lastPass marks the flush that ends the last pass after the flip:
+	// its batch carries the version of everything sent (Batch.LastPass).
+	lastPass bool
 
 	inflight chan struct{}
 	wg       sync.WaitGroup
@@ -565,7 +568,7 @@ func (s *sender) flush(ctx context.Context) error {
 	if err := s.takeErr(); err != nil {
 		return err
 	}
-	if len(s.batch) == 0 {
+	if len(s.batch) == 0 && !s.lastPass {
 		return nil
 	}
 	if s.throttle {
@@ -574,6 +577,9 @@ func (s *sender) flush(ctx context.Context) error {
 		}
 	}
 	b := &Batch{DB: s.a.db, Shard: s.m.DestinationShard, Bucket: s.m.Bucket, MigrationIndex: s.m.MigrationIndex, DatabaseID: s.dbid, Items: s.batch}
+	if s.lastPass {
+		b.LastPass = s.version.String()
+	}
 	n, size := int64(len(s.batch)), int64(s.size)
 	s.batch, s.size = nil, 0
 	select {
@@ -636,8 +642,10 @@ func (s *sender) sendWithRetry(ctx context.Context, b *Batch) error {
 }
 
 // tail sends the bucket's items written after feed; it returns how many
-// it sent and the new feed position.
-func (s *sender) tail(ctx context.Context, feed uint64) (int, uint64, error) {
+// it sent and the new feed position. A last tail (after the flip) ends
+// with a batch that carries the version of everything sent (LastPass),
+// even an empty one.
+func (s *sender) tail(ctx context.Context, feed uint64, last bool) (int, uint64, error) {
 	sent := 0
 	for {
 		docs, err := s.a.s.Changes(feed, 1024)
@@ -663,6 +671,8 @@ func (s *sender) tail(ctx context.Context, feed uint64) (int, uint64, error) {
 			break
 		}
 	}
+	s.lastPass = last // only now: earlier batches' versions fall short of it
+	defer func() { s.lastPass = false }()
 	return sent, feed, s.flush(ctx)
 }
 

@@ -25,6 +25,7 @@ type fakeCluster struct {
 	sent      []int // each batch's size, as the sender counts it
 	throttled []int // each ThrottleSend's bytes
 	announced []LastPass
+	lastPass  []string // each batch's LastPass
 }
 
 func (c *fakeCluster) NodeTag() string                                { return "B" }
@@ -80,6 +81,7 @@ func (c *fakeCluster) SendBatch(ctx context.Context, b *Batch) error {
 	}
 	c.mu.Lock()
 	c.sent = append(c.sent, size)
+	c.lastPass = append(c.lastPass, b.LastPass)
 	c.mu.Unlock()
 	select {
 	case <-time.After(c.sendDelay):
@@ -138,6 +140,19 @@ func TestReplacingSenderCountsOnlyItsLastPass(t *testing.T) {
 	want := LastPass{DB: "db", Shard: 1, Bucket: b, MigrationIndex: 7, ChangeVector: p.Pass.ChangeVector}
 	if len(c.announced) != 1 || c.announced[0] != want {
 		t.Fatalf("announced %+v, want %+v", c.announced, want)
+	}
+	// And from the pass's last batch, which it sends though it holds no
+	// item; no batch before it claims to end the pass.
+	if len(c.lastPass) == 0 {
+		t.Fatal("no batch sent")
+	}
+	if n := len(c.lastPass); c.lastPass[n-1] != p.Pass.ChangeVector || c.sent[n-1] != 0 {
+		t.Fatalf("the last batch (of %d) carries last pass %q in %d bytes, want %q in an empty batch", n, c.lastPass[n-1], c.sent[n-1], p.Pass.ChangeVector)
+	}
+	for i, lp := range c.lastPass[:len(c.lastPass)-1] {
+		if lp != "" {
+			t.Fatalf("batch %d of %d claims to end the last pass (%q)", i+1, len(c.lastPass), lp)
+		}
 	}
 	if p.Pass.ChangeVector == "" {
 		t.Fatal("the last pass covers no version")

@@ -89,6 +89,13 @@ type Batch struct {
 	MigrationIndex uint64             `json:"MigrationIndex"`
 	DatabaseID     string             `json:"DatabaseId"`
 	Items          []replication.Item `json:"Items"`
+	// LastPass is set on the last batch of the sender's last pass after
+	// the ownership flip (which may hold no item): the merged version of
+	// everything the sender sent, as its record will say. A destination
+	// replica that stored it and holds that version takes the bucket's
+	// writes (see Cluster.AnnounceLastPass). It is not part of the binary
+	// format: it travels as a bus header, which older nodes ignore.
+	LastPass string `json:"LastPass,omitempty"`
 }
 
 // LastPass is what a sender's last pass after the ownership flip covered,
@@ -107,6 +114,9 @@ type LastPass struct {
 // item keeps its version and gets this replica's order plus the MOVE
 // marker; items already held are no-ops.
 func ApplyBatch(ctx context.Context, s *storage.Store, b *Batch) error {
+	if len(b.Items) == 0 {
+		return nil // a last pass that sent nothing new: no commit
+	}
 	ops := make([]storage.Op, len(b.Items))
 	for i, it := range b.Items {
 		ops[i] = storage.Op{Kind: storage.OpMigrate, ID: it.ID, Collection: it.Collection, Body: it.Body, ChangeVector: it.ChangeVector,
