@@ -271,12 +271,37 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // only reads it.
 var jsonContentType = []string{"application/json; charset=utf-8"}
 
+// writeRaw answers b, a whole JSON answer that nothing changes after
+// this call.
 func writeRaw(w http.ResponseWriter, status int, b []byte) {
 	h := w.Header()
 	h["Content-Type"] = jsonContentType // canonical keys: no Set, no copy
 	h["Content-Length"] = []string{strconv.Itoa(len(b))}
 	w.WriteHeader(status)
+	if o, ok := w.(ownedWriter); ok {
+		o.writeOwned(b)
+		return
+	}
 	_, _ = w.Write(b)
+}
+
+// writeRawCopy is writeRaw for a b its caller reuses once it returns (a
+// pooled buffer): w copies it, or sends it, before it returns.
+func writeRawCopy(w http.ResponseWriter, status int, b []byte) {
+	h := w.Header()
+	h["Content-Type"] = jsonContentType
+	h["Content-Length"] = []string{strconv.Itoa(len(b))}
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+// ownedWriter is a ResponseWriter that can send a whole answer without
+// copying it, given that its caller never changes it afterwards: front's
+// (and the wrappers that pass it on). A query's or a listing's answer is
+// as large as its results; a copy into the server's buffer doubled what
+// it held while it was written.
+type ownedWriter interface {
+	writeOwned(b []byte)
 }
 
 // readBody reads at most limit bytes of the request body; a larger body is

@@ -214,11 +214,13 @@ func (n *Node) answerIDs(w http.ResponseWriter, r *http.Request, t target, ids [
 		out = renderDoc(out, d, d.Bucket, shards[i])
 	}
 	out = append(out, `],"Includes":{}}`...)
-	writeRaw(w, http.StatusOK, out) // net/http has copied or sent out when Write returns
-	if cap(out) <= maxPooledAnswer {
-		*bp = out
-		n.answers.Put(bp)
+	if cap(out) > maxPooledAnswer {
+		writeRaw(w, http.StatusOK, out) // not pooled: sent as it is
+		return
 	}
+	writeRawCopy(w, http.StatusOK, out) // copied or sent when it returns: the buffer goes back
+	*bp = out
+	n.answers.Put(bp)
 }
 
 // notModified sets a single document's ETag, its quoted change vector, as

@@ -43,6 +43,10 @@ import (
 //   - The request line and headers must fit in maxHeaderBytes. A GET of
 //     many ids that does not fit goes as POST /docs, as RavenDB's clients
 //     do past a URL length.
+//   - A whole answer (writeRaw: every query, listing and write answer)
+//     becomes fasthttp's body as it is, without a copy (writeOwned);
+//     net/http wrote it to the connection without one. A point GET's,
+//     rendered into a pooled buffer, is copied.
 //   - Event streams (GET /databases/{db}/events), which write as events
 //     come, are served on the connection taken over from fasthttp
 //     (stream), ended by the client's closing it or by node shutdown.
@@ -221,6 +225,20 @@ func (w *frontWriter) Write(b []byte) (int, error) {
 		w.WriteHeader(http.StatusOK)
 	}
 	return w.ctx.Write(b)
+}
+
+// writeOwned makes b, which its caller never changes again, the answer's
+// body without copying it into fasthttp's buffer (see ownedWriter);
+// after an earlier Write it is appended as Write does.
+func (w *frontWriter) writeOwned(b []byte) {
+	if !w.wrote {
+		w.WriteHeader(http.StatusOK)
+	}
+	if len(w.ctx.Response.Body()) > 0 {
+		_, _ = w.ctx.Write(b)
+		return
+	}
+	w.ctx.Response.SetBodyRaw(b)
 }
 
 // serve is fasthttp's handler: the request, as a net/http one, to f.h.

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/valyala/fasthttp"
 )
 
 // startFront serves h with a front on a loopback port and returns its
@@ -449,5 +451,36 @@ func TestFrontClosesConnectionsThatOutliveShutdown(t *testing.T) {
 	fmt.Fprintf(idleC, "GET /ok HTTP/1.1\r\nHost: x\r\n\r\n")
 	if resp, err := http.ReadResponse(idleR, nil); err == nil && resp.StatusCode == 200 {
 		t.Errorf("a kept-alive connection was served after shutdown")
+	}
+}
+
+// TestFrontSendsWholeAnswersWithoutACopy: an answer written whole
+// (writeRaw), also through the metrics' statusWriter, becomes the body as
+// it is, not a copy in fasthttp's buffer (a query's answer is as large as
+// its results); after an earlier Write it is appended.
+func TestFrontSendsWholeAnswersWithoutACopy(t *testing.T) {
+	b := []byte(`{"Results":[` + strings.Repeat(`{"n":1},`, 1000) + `{"n":1}]}`)
+	for _, wrap := range []bool{false, true} {
+		var ctx fasthttp.RequestCtx
+		fw := &frontWriter{ctx: &ctx, header: http.Header{}}
+		var w http.ResponseWriter = fw
+		if wrap {
+			w = &statusWriter{ResponseWriter: fw}
+		}
+		writeRaw(w, http.StatusOK, b)
+		body := ctx.Response.Body()
+		if len(body) != len(b) || &body[0] != &b[0] {
+			t.Fatalf("wrapped %v: the body is a copy of the answer (or not it)", wrap)
+		}
+		if ctx.Response.StatusCode() != http.StatusOK || string(ctx.Response.Header.ContentType()) != jsonContentType[0] {
+			t.Fatalf("wrapped %v: status %d, content type %q", wrap, ctx.Response.StatusCode(), ctx.Response.Header.ContentType())
+		}
+	}
+	var ctx fasthttp.RequestCtx
+	fw := &frontWriter{ctx: &ctx, header: http.Header{}}
+	_, _ = fw.Write([]byte(`{"a":`))
+	fw.writeOwned([]byte(`1}`))
+	if got := string(ctx.Response.Body()); got != `{"a":1}` {
+		t.Fatalf("body %q after a Write and a whole answer, want both", got)
 	}
 }

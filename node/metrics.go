@@ -128,6 +128,19 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 	return w.ResponseWriter.Write(b)
 }
 
+// writeOwned passes an answer on without a copy when the writer below
+// can take it so (see ownedWriter).
+func (w *statusWriter) writeOwned(b []byte) {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	if o, ok := w.ResponseWriter.(ownedWriter); ok {
+		o.writeOwned(b)
+		return
+	}
+	_, _ = w.ResponseWriter.Write(b)
+}
+
 func (w *statusWriter) Flush() {
 	if f, ok := w.ResponseWriter.(http.Flusher); ok {
 		if w.code == 0 {
