@@ -94,6 +94,13 @@ type NodeConfig struct {
 	Tag string `yaml:"tag" json:"tag"`
 	// DataDir is the data directory (node.data-dir).
 	DataDir string `yaml:"data-dir" json:"data-dir"`
+	// MaxProcs is how many goroutines run at once (Go's GOMAXPROCS) in
+	// `shardnode serve` (node.max-procs); 0 leaves it to the server: the
+	// GOMAXPROCS environment variable when set, else four per CPU. A
+	// node's goroutines block in the kernel often (fdatasync, file reads,
+	// Pebble's C allocations), and with one slot per CPU the runnable
+	// ones wait meanwhile.
+	MaxProcs int64 `yaml:"max-procs" json:"max-procs"`
 }
 
 // HTTPConfig is the "http" section.
@@ -220,6 +227,7 @@ func (c *Config) fields() []field {
 	return []field{
 		{"node.tag", "tag", &c.Node.Tag, "node tag: 1 to 4 uppercase letters A-Z"},
 		{"node.data-dir", "data-dir", &c.Node.DataDir, "data directory"},
+		{"node.max-procs", "", &c.Node.MaxProcs, "goroutines running at once (GOMAXPROCS) in serve; 0 is the GOMAXPROCS environment variable, else four per CPU"},
 		{"http.addr", "http-addr", &c.HTTP.Addr, "host:port of the HTTP API"},
 		{"http.max-body-bytes", "", &c.HTTP.MaxBodyBytes, "maximum request body size in bytes"},
 		{"http.max-document-bytes", "", &c.HTTP.MaxDocumentBytes, "maximum document size in bytes"},

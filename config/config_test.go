@@ -356,6 +356,8 @@ func TestValidationErrorsNameKey(t *testing.T) {
 		{"node.tag", func(c *Config) { c.Node.Tag = "a" }, "uppercase"},
 		{"node.tag", func(c *Config) { c.Node.Tag = "A1" }, "uppercase"},
 		{"node.data-dir", func(c *Config) { c.Node.DataDir = "" }, "empty"},
+		{"node.max-procs", func(c *Config) { c.Node.MaxProcs = -1 }, "0 (automatic) to 1024"},
+		{"node.max-procs", func(c *Config) { c.Node.MaxProcs = 5000 }, "0 (automatic) to 1024"},
 		{"http.addr", func(c *Config) { c.HTTP.Addr = "foo" }, `"foo": missing port`},
 		{"http.addr", func(c *Config) { c.HTTP.Addr = "host:http" }, "port"},
 		{"http.addr", func(c *Config) { c.HTTP.Addr = "host:65536" }, "port"},
@@ -609,7 +611,7 @@ func TestEnvNameAndKeys(t *testing.T) {
 		t.Fatalf("EnvName = %q", got)
 	}
 	keys := Keys()
-	if len(keys) != 23 || keys[0] != "node.tag" || keys[12] != "nats.cluster-advertise" || keys[17] != "resharding.max-send-bytes-per-sec" || keys[18] != "debug.failpoints" || keys[19] != "debug.pprof" || keys[20] != "debug.dial-rewrites" || keys[21] != "storage.doc-cache-bytes" || keys[22] != "storage.memtable-budget-bytes" {
+	if len(keys) != 24 || keys[0] != "node.tag" || keys[2] != "node.max-procs" || keys[13] != "nats.cluster-advertise" || keys[18] != "resharding.max-send-bytes-per-sec" || keys[19] != "debug.failpoints" || keys[20] != "debug.pprof" || keys[21] != "debug.dial-rewrites" || keys[22] != "storage.doc-cache-bytes" || keys[23] != "storage.memtable-budget-bytes" {
 		t.Fatalf("Keys = %q", keys)
 	}
 }

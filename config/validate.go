@@ -46,6 +46,10 @@ func (e *Error) Error() string {
 	return b.String()
 }
 
+// maxProcsLimit bounds node.max-procs: far past any use, short of a typo
+// that would start thousands of threads.
+const maxProcsLimit = 1024
+
 // Validate checks every key and returns all problems found, each an *Error
 // naming its key, joined with errors.Join; nil if the configuration is good.
 func (c *Config) Validate() error {
@@ -65,6 +69,9 @@ func (c *Config) Validate() error {
 	// http
 	if msg := checkAddr(c.HTTP.Addr); msg != "" {
 		bad("http.addr", c.HTTP.Addr, "%s", msg)
+	}
+	if c.Node.MaxProcs < 0 || c.Node.MaxProcs > maxProcsLimit {
+		bad("node.max-procs", c.Node.MaxProcs, "must be 0 (automatic) to %d", maxProcsLimit)
 	}
 	if c.Storage.MemtableBudgetBytes < 2<<20 {
 		bad("storage.memtable-budget-bytes", c.Storage.MemtableBudgetBytes, "must be at least 2MiB")

@@ -35,6 +35,7 @@ each overriding the one before.`,
 				return err
 			}
 			logger := newLogger(cfg)
+			setSchedulerProcs(cfg.Node.MaxProcs, logger)
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			n, err := node.Start(ctx, cfg, logger)
