@@ -88,21 +88,17 @@ func opID(op storage.Op) string { return op.ID }
 func readID(id string) string   { return id }
 
 // flipUnsettled returns a bucket of items (named by id) that moves to
-// shard in a migration whose sender has not recorded its last pass (as
-// far as rec knows). The
-// source takes writes until it applies the flip, which a node may do
-// milliseconds after the others; the last pass brings those writes here.
-// Had the destination taken writes before that, a router with the new
-// record and one with the old could both have had a write on the same
-// version accepted, one on each shard (two If-Match increments acknowledged
-// with the same value, one then lost to the other). So the destination
-// takes a moving bucket's writes only once the last pass is recorded:
-// moves made by the documents migrator are not held, their source never
-// owned the bucket.
-//
-// passIn, when not nil, reports whether the local replica holds a
-// migration's last pass ahead of the record (see lastPasses): such a
-// bucket is settled here.
+// shard in a migration whose last pass is not in yet: not recorded (as
+// far as rec knows), nor, when passIn is not nil, announced by its sender
+// and held by the local replica (see lastPasses). The source takes writes
+// until it applies the flip, which a node may do milliseconds after the
+// others; the last pass brings those writes here. Had the destination
+// taken writes before that, a router with the new record and one with the
+// old could both have had a write on the same version accepted, one on
+// each shard (two If-Match increments acknowledged with the same value,
+// one then lost to the other). So the destination takes a moving bucket's
+// writes only once the last pass is in: moves made by the documents
+// migrator are not held, their source never owned the bucket.
 func flipUnsettled[T any](rec *raftfsm.DatabaseRecord, shard int, items []T, id func(T) string, passIn func(*raftfsm.BucketMigration) bool) (uint32, bool) {
 	if len(rec.Sharding.BucketMigrations) == 0 {
 		return 0, false
@@ -139,10 +135,10 @@ func errBucketArriving(db string, shard int, b uint32) error {
 const flipSettleWait = 2 * time.Second
 
 // waitFlipSettled holds a routed request into a bucket arriving at its
-// shard until the source's last pass is recorded here or stored in the
-// local replica (see flipUnsettled, lastPasses), at most flipSettleWait; unsettled says whether the
-// request still waits by a record. It returns how long it held the
-// request (0: not at all).
+// shard until the source's last pass is in (see flipUnsettled), at most
+// flipSettleWait; unsettled says whether the request still waits by a
+// record. It wakes on raft applies and on the senders' notices of their
+// last passes. It returns how long it held the request (0: not at all).
 func (n *Node) waitFlipSettled(ctx context.Context, db string, unsettled func(*raftfsm.DatabaseRecord) bool) time.Duration {
 	rec := n.recordOf(db)
 	if rec == nil || !unsettled(rec) {
