@@ -453,9 +453,12 @@ func (a *Agent) send(ctx context.Context, m raftfsm.BucketMigration) error {
 			s.wg.Go(func() {
 				a.c.AnnounceLastPass(ctx, LastPass{DB: a.db, Shard: m.DestinationShard, Bucket: m.Bucket, MigrationIndex: m.MigrationIndex, ChangeVector: version})
 			})
-			return a.propose(ctx, &raftfsm.SourceMigrationFinalPass{Meta: raftfsm.Meta{At: time.Now().UTC()}, Database: a.db, Bucket: m.Bucket,
+			if err := a.propose(ctx, &raftfsm.SourceMigrationFinalPass{Meta: raftfsm.Meta{At: time.Now().UTC()}, Database: a.db, Bucket: m.Bucket,
 				MigrationIndex: m.MigrationIndex, Documents: docs, Bytes: bytes,
-				Pass: raftfsm.MigrationPass{ChangeVector: version, SentThrough: progress, SentBy: a.s.DatabaseID(), Node: a.c.NodeTag()}})
+				Pass: raftfsm.MigrationPass{ChangeVector: version, SentThrough: progress, SentBy: a.s.DatabaseID(), Node: a.c.NodeTag()}}); err != nil {
+				return err
+			}
+			return a.awaitOwnFinalPass(ctx, m)
 		}
 		// Caught up (the tail fit in one batch): record what was sent. Later
 		// writes keep flowing through the tail while Moved and in the last
@@ -713,6 +716,34 @@ func (a *Agent) cleanup(ctx context.Context, m raftfsm.BucketMigration) error {
 	}
 	return a.propose(ctx, &raftfsm.SourceMigrationCleanup{Meta: raftfsm.Meta{At: time.Now().UTC()}, Database: a.db, Bucket: m.Bucket,
 		MigrationIndex: m.MigrationIndex, Node: a.c.NodeTag()})
+}
+
+// awaitOwnFinalPass returns once this node's record shows migration m's
+// last pass recorded (or m gone). A proposal made through the leader
+// returns once the leader applied it, and a follower applies it a moment
+// later; this replica's cleanup starts as the send task ends, and one
+// that found no pass recorded though the send was over took it for a
+// pass that sent nothing new: it purged only what LastSourceChangeVector
+// covered and kept the writes since Moved (694 documents once in
+// TestWritersDuringBackAndForthMoves).
+func (a *Agent) awaitOwnFinalPass(ctx context.Context, m raftfsm.BucketMigration) error {
+	ch, stop := a.c.Watch()
+	defer stop()
+	for {
+		rec := a.c.Record(a.db)
+		if rec == nil {
+			return nil
+		}
+		cur, ok := rec.Sharding.BucketMigrations[m.Bucket]
+		if !ok || cur.MigrationIndex != m.MigrationIndex || cur.FinalPass != nil {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 // finalPassWait bounds how long a source replica's cleanup waits for the

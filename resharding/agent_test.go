@@ -19,6 +19,11 @@ import (
 type fakeCluster struct {
 	rec       *raftfsm.DatabaseRecord
 	sendDelay time.Duration
+	// applyDelay is how long after its proposal a last pass shows in the
+	// record (a follower applies what the leader committed a moment
+	// later); watch tells of it.
+	applyDelay time.Duration
+	watch      chan uint64
 
 	mu        sync.Mutex
 	proposed  []raftfsm.Command
@@ -29,7 +34,14 @@ type fakeCluster struct {
 }
 
 func (c *fakeCluster) NodeTag() string                                { return "B" }
-func (c *fakeCluster) Watch() (<-chan uint64, func())                 { return make(chan uint64), func() {} }
+func (c *fakeCluster) Watch() (<-chan uint64, func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.watch == nil {
+		c.watch = make(chan uint64, 1)
+	}
+	return c.watch, func() {}
+}
 func (c *fakeCluster) IsLeader() bool                                 { return false }
 func (c *fakeCluster) Up(string) bool                                 { return true }
 func (c *fakeCluster) Behind(string, int) bool                        { return false }
@@ -52,7 +64,35 @@ func (c *fakeCluster) Propose(_ context.Context, cmd raftfsm.Command) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.proposed = append(c.proposed, cmd)
+	if p, ok := cmd.(*raftfsm.SourceMigrationFinalPass); ok {
+		time.AfterFunc(c.applyDelay, func() { c.applyFinalPass(p) })
+	}
 	return nil
+}
+
+// applyFinalPass records p in a new record, as a raft apply would.
+func (c *fakeCluster) applyFinalPass(p *raftfsm.SourceMigrationFinalPass) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	rec := *c.rec
+	migs := map[uint32]*raftfsm.BucketMigration{}
+	for b, m := range c.rec.Sharding.BucketMigrations {
+		cp := *m
+		if b == p.Bucket && m.MigrationIndex == p.MigrationIndex {
+			pass := p.Pass
+			cp.FinalPass = &pass
+		}
+		migs[b] = &cp
+	}
+	rec.Sharding.BucketMigrations = migs
+	c.rec = &rec
+	if c.watch == nil {
+		c.watch = make(chan uint64, 1)
+	}
+	select {
+	case c.watch <- 1:
+	default:
+	}
 }
 
 func (c *fakeCluster) Record(string) *raftfsm.DatabaseRecord {
@@ -161,6 +201,42 @@ func TestReplacingSenderCountsOnlyItsLastPass(t *testing.T) {
 	// the node's move bandwidth must not hold them back.
 	if len(c.throttled) != 0 {
 		t.Fatalf("a sender after the flip waited for the move bandwidth %d times, want never", len(c.throttled))
+	}
+}
+
+// TestSenderEndsOnceItsLastPassIsInTheRecord: a sender on a follower
+// hears its last pass applied by the leader before its own node applies
+// it. The send task must not end before: this replica's cleanup starts as
+// it ends, and one that found no pass recorded took the pass for one that
+// sent nothing new, purging only what the source had at Moved.
+func TestSenderEndsOnceItsLastPassIsInTheRecord(t *testing.T) {
+	st, err := storage.Open(storage.Options{Dir: t.TempDir(), NodeTag: "B"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, err := st.Write(context.Background(), []storage.Op{{Kind: storage.OpPut, ID: "orders/1$tenants/7", Collection: "Orders", Body: []byte(`{"n":1}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	b := bucket.ForID("tenants/7")
+	m := raftfsm.BucketMigration{Bucket: b, SourceShard: 0, DestinationShard: 1, Status: raftfsm.MigrationOwnershipTransferred, MigrationIndex: 7}
+	rec := &raftfsm.DatabaseRecord{DatabaseName: "db", DatabaseID: "dbid"}
+	rec.Sharding.BucketMigrations = map[uint32]*raftfsm.BucketMigration{b: &m}
+	const applyDelay = 300 * time.Millisecond
+	c := &fakeCluster{rec: rec, applyDelay: applyDelay}
+	a := &Agent{c: c, db: "db", shard: 0, s: st, logger: slog.New(slog.DiscardHandler)}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := a.send(ctx, m); err != nil {
+		t.Fatalf("send: %v", err)
+	}
+	took := time.Since(start)
+	c.mu.Lock()
+	pass := c.rec.Sharding.BucketMigrations[b].FinalPass
+	c.mu.Unlock()
+	if pass == nil || took < applyDelay {
+		t.Fatalf("send ended after %v, before its last pass was in the record (%v)", took, pass)
 	}
 }
 
