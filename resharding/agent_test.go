@@ -33,7 +33,7 @@ type fakeCluster struct {
 	lastPass  []string // each batch's LastPass
 }
 
-func (c *fakeCluster) NodeTag() string                                { return "B" }
+func (c *fakeCluster) NodeTag() string { return "B" }
 func (c *fakeCluster) Watch() (<-chan uint64, func()) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
