@@ -571,7 +571,10 @@ func (s *sender) flush(ctx context.Context) error {
 	if err := s.takeErr(); err != nil {
 		return err
 	}
-	if len(s.batch) == 0 && !s.lastPass {
+	if len(s.batch) == 0 {
+		// A last pass with nothing new sends no batch: the notice after
+		// it (AnnounceLastPass) goes out at once, there being nothing to
+		// wait for.
 		return nil
 	}
 	if s.throttle {
@@ -645,9 +648,8 @@ func (s *sender) sendWithRetry(ctx context.Context, b *Batch) error {
 }
 
 // tail sends the bucket's items written after feed; it returns how many
-// it sent and the new feed position. A last tail (after the flip) ends
-// with a batch that carries the version of everything sent (LastPass),
-// even an empty one.
+// it sent and the new feed position. The last batch of a last tail (after
+// the flip) carries the version of everything sent (LastPass).
 func (s *sender) tail(ctx context.Context, feed uint64, last bool) (int, uint64, error) {
 	sent := 0
 	for {

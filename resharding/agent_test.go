@@ -30,7 +30,9 @@ type fakeCluster struct {
 	sent      []int // each batch's size, as the sender counts it
 	throttled []int // each ThrottleSend's bytes
 	announced []LastPass
-	lastPass  []string // each batch's LastPass
+	// onSend, if set, runs once, at the first batch sent.
+	onSend   func()
+	lastPass []string // each batch's LastPass
 }
 
 func (c *fakeCluster) NodeTag() string { return "B" }
@@ -122,7 +124,12 @@ func (c *fakeCluster) SendBatch(ctx context.Context, b *Batch) error {
 	c.mu.Lock()
 	c.sent = append(c.sent, size)
 	c.lastPass = append(c.lastPass, b.LastPass)
+	hook := c.onSend
+	c.onSend = nil
 	c.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
 	select {
 	case <-time.After(c.sendDelay):
 		return nil
@@ -181,17 +188,11 @@ func TestReplacingSenderCountsOnlyItsLastPass(t *testing.T) {
 	if len(c.announced) != 1 || c.announced[0] != want {
 		t.Fatalf("announced %+v, want %+v", c.announced, want)
 	}
-	// And from the pass's last batch, which it sends though it holds no
-	// item; no batch before it claims to end the pass.
-	if len(c.lastPass) == 0 {
-		t.Fatal("no batch sent")
-	}
-	if n := len(c.lastPass); c.lastPass[n-1] != p.Pass.ChangeVector || c.sent[n-1] != 0 {
-		t.Fatalf("the last batch (of %d) carries last pass %q in %d bytes, want %q in an empty batch", n, c.lastPass[n-1], c.sent[n-1], p.Pass.ChangeVector)
-	}
-	for i, lp := range c.lastPass[:len(c.lastPass)-1] {
+	// The pass sent nothing new: no batch claims to end it (the notice
+	// above does).
+	for i, lp := range c.lastPass {
 		if lp != "" {
-			t.Fatalf("batch %d of %d claims to end the last pass (%q)", i+1, len(c.lastPass), lp)
+			t.Fatalf("batch %d of %d claims to end a last pass that sent nothing (%q)", i+1, len(c.lastPass), lp)
 		}
 	}
 	if p.Pass.ChangeVector == "" {
@@ -237,6 +238,52 @@ func TestSenderEndsOnceItsLastPassIsInTheRecord(t *testing.T) {
 	c.mu.Unlock()
 	if pass == nil || took < applyDelay {
 		t.Fatalf("send ended after %v, before its last pass was in the record (%v)", took, pass)
+	}
+}
+
+// TestLastPassEndsWithItsVersion: when the last pass after the flip sends
+// anything, its last batch carries the version the pass records, so a
+// destination replica that stores it may take the bucket's writes at
+// once; no earlier batch claims it.
+func TestLastPassEndsWithItsVersion(t *testing.T) {
+	st, err := storage.Open(storage.Options{Dir: t.TempDir(), NodeTag: "B"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	put := func(id string) {
+		if _, err := st.Write(context.Background(), []storage.Op{{Kind: storage.OpPut, ID: id, Collection: "Orders", Body: []byte(`{"n":1}`)}}); err != nil {
+			t.Error(err)
+		}
+	}
+	put("orders/1$tenants/7")
+	b := bucket.ForID("tenants/7")
+	m := raftfsm.BucketMigration{Bucket: b, SourceShard: 0, DestinationShard: 1, Status: raftfsm.MigrationOwnershipTransferred, MigrationIndex: 7}
+	rec := &raftfsm.DatabaseRecord{DatabaseName: "db", DatabaseID: "dbid"}
+	rec.Sharding.BucketMigrations = map[uint32]*raftfsm.BucketMigration{b: &m}
+	// A write that passed the guard before the flip commits while the
+	// snapshot is on its way: the last pass sends it.
+	c := &fakeCluster{rec: rec, onSend: func() { put("orders/2$tenants/7") }}
+	a := &Agent{c: c, db: "db", shard: 0, s: st, logger: slog.New(slog.DiscardHandler)}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := a.send(ctx, m); err != nil {
+		t.Fatalf("send: %v", err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.proposed[len(c.proposed)-1].(*raftfsm.SourceMigrationFinalPass)
+	if p.Documents != 1 {
+		t.Fatalf("the last pass counts %d documents, want the 1 written during the snapshot", p.Documents)
+	}
+	n := len(c.lastPass)
+	if n < 2 || c.lastPass[n-1] != p.Pass.ChangeVector {
+		t.Fatalf("batches' last passes %q, want the last one to carry %q", c.lastPass, p.Pass.ChangeVector)
+	}
+	for i, lp := range c.lastPass[:n-1] {
+		if lp != "" {
+			t.Fatalf("batch %d of %d claims to end the last pass (%q)", i+1, n, lp)
+		}
 	}
 }
 

@@ -90,7 +90,7 @@ type Batch struct {
 	DatabaseID     string             `json:"DatabaseId"`
 	Items          []replication.Item `json:"Items"`
 	// LastPass is set on the last batch of the sender's last pass after
-	// the ownership flip (which may hold no item): the merged version of
+	// the ownership flip, when that pass sent anything: the merged version of
 	// everything the sender sent, as its record will say. A destination
 	// replica that stored it and holds that version takes the bucket's
 	// writes (see Cluster.AnnounceLastPass). It is not part of the binary
