@@ -138,6 +138,28 @@ func (c *fakeCluster) SendBatch(ctx context.Context, b *Batch) error {
 	}
 }
 
+// afterFlip returns a migration of tenants/7's bucket from shard 0 to
+// shard 1 whose ownership flip is done, and a record that holds it.
+func afterFlip() (raftfsm.BucketMigration, *raftfsm.DatabaseRecord) {
+	b := bucket.ForID("tenants/7")
+	m := raftfsm.BucketMigration{Bucket: b, SourceShard: 0, DestinationShard: 1, Status: raftfsm.MigrationOwnershipTransferred, MigrationIndex: 7}
+	rec := &raftfsm.DatabaseRecord{DatabaseName: "db", DatabaseID: "dbid"}
+	rec.Sharding.BucketMigrations = map[uint32]*raftfsm.BucketMigration{b: &m}
+	return m, rec
+}
+
+// runSend runs the send of m by an agent of shard 0 over st and c, to its
+// end (at most 30 s).
+func runSend(t *testing.T, c *fakeCluster, st *storage.Store, m raftfsm.BucketMigration) {
+	t.Helper()
+	a := &Agent{c: c, db: "db", shard: 0, s: st, logger: slog.New(slog.DiscardHandler)}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := a.send(ctx, m); err != nil {
+		t.Fatalf("send: %v", err)
+	}
+}
+
 // TestReplacingSenderCountsOnlyItsLastPass: a sender that takes over
 // after the flip (the first one died before recording its last pass)
 // sends the whole bucket again, but its recorded pass counts only what
@@ -219,22 +241,14 @@ func TestSenderEndsOnceItsLastPassIsInTheRecord(t *testing.T) {
 	if _, err := st.Write(context.Background(), []storage.Op{{Kind: storage.OpPut, ID: "orders/1$tenants/7", Collection: "Orders", Body: []byte(`{"n":1}`)}}); err != nil {
 		t.Fatal(err)
 	}
-	b := bucket.ForID("tenants/7")
-	m := raftfsm.BucketMigration{Bucket: b, SourceShard: 0, DestinationShard: 1, Status: raftfsm.MigrationOwnershipTransferred, MigrationIndex: 7}
-	rec := &raftfsm.DatabaseRecord{DatabaseName: "db", DatabaseID: "dbid"}
-	rec.Sharding.BucketMigrations = map[uint32]*raftfsm.BucketMigration{b: &m}
+	m, rec := afterFlip()
 	const applyDelay = 300 * time.Millisecond
 	c := &fakeCluster{rec: rec, applyDelay: applyDelay}
-	a := &Agent{c: c, db: "db", shard: 0, s: st, logger: slog.New(slog.DiscardHandler)}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	start := time.Now()
-	if err := a.send(ctx, m); err != nil {
-		t.Fatalf("send: %v", err)
-	}
+	runSend(t, c, st, m)
 	took := time.Since(start)
 	c.mu.Lock()
-	pass := c.rec.Sharding.BucketMigrations[b].FinalPass
+	pass := c.rec.Sharding.BucketMigrations[m.Bucket].FinalPass
 	c.mu.Unlock()
 	if pass == nil || took < applyDelay {
 		t.Fatalf("send ended after %v, before its last pass was in the record (%v)", took, pass)
@@ -257,19 +271,11 @@ func TestLastPassEndsWithItsVersion(t *testing.T) {
 		}
 	}
 	put("orders/1$tenants/7")
-	b := bucket.ForID("tenants/7")
-	m := raftfsm.BucketMigration{Bucket: b, SourceShard: 0, DestinationShard: 1, Status: raftfsm.MigrationOwnershipTransferred, MigrationIndex: 7}
-	rec := &raftfsm.DatabaseRecord{DatabaseName: "db", DatabaseID: "dbid"}
-	rec.Sharding.BucketMigrations = map[uint32]*raftfsm.BucketMigration{b: &m}
+	m, rec := afterFlip()
 	// A write that passed the guard before the flip commits while the
 	// snapshot is on its way: the last pass sends it.
 	c := &fakeCluster{rec: rec, onSend: func() { put("orders/2$tenants/7") }}
-	a := &Agent{c: c, db: "db", shard: 0, s: st, logger: slog.New(slog.DiscardHandler)}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := a.send(ctx, m); err != nil {
-		t.Fatalf("send: %v", err)
-	}
+	runSend(t, c, st, m)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	p := c.proposed[len(c.proposed)-1].(*raftfsm.SourceMigrationFinalPass)
