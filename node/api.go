@@ -273,25 +273,22 @@ var jsonContentType = []string{"application/json; charset=utf-8"}
 
 // writeRaw answers b, a whole JSON answer that nothing changes after
 // this call.
-func writeRaw(w http.ResponseWriter, status int, b []byte) {
+func writeRaw(w http.ResponseWriter, status int, b []byte) { writeAnswer(w, status, b, true) }
+
+// writeRawCopy is writeRaw for a b its caller reuses once it returns (a
+// pooled buffer): w copies it, or sends it, before it returns.
+func writeRawCopy(w http.ResponseWriter, status int, b []byte) { writeAnswer(w, status, b, false) }
+
+// writeAnswer answers b; owned says whether w may keep b as it is.
+func writeAnswer(w http.ResponseWriter, status int, b []byte, owned bool) {
 	h := w.Header()
 	h["Content-Type"] = jsonContentType // canonical keys: no Set, no copy
 	h["Content-Length"] = []string{strconv.Itoa(len(b))}
 	w.WriteHeader(status)
-	if o, ok := w.(ownedWriter); ok {
+	if o, ok := w.(ownedWriter); ok && owned {
 		o.writeOwned(b)
 		return
 	}
-	_, _ = w.Write(b)
-}
-
-// writeRawCopy is writeRaw for a b its caller reuses once it returns (a
-// pooled buffer): w copies it, or sends it, before it returns.
-func writeRawCopy(w http.ResponseWriter, status int, b []byte) {
-	h := w.Header()
-	h["Content-Type"] = jsonContentType
-	h["Content-Length"] = []string{strconv.Itoa(len(b))}
-	w.WriteHeader(status)
 	_, _ = w.Write(b)
 }
 
