@@ -150,16 +150,19 @@ func (n *Node) waitFlipSettled(ctx context.Context, db string, unsettled func(*r
 	t := time.NewTimer(flipSettleWait)
 	defer t.Stop()
 	for {
+		// Looked at again once both wake-ups are armed: an apply or a
+		// notice between the first look and here would wake nothing, and
+		// the request would wait out flipSettleWait.
 		passed := n.lastPasses.changed()
+		if rec := n.recordOf(db); rec == nil || !unsettled(rec) {
+			return time.Since(start)
+		}
 		select {
 		case <-ch:
 		case <-passed:
 		case <-t.C:
 			return time.Since(start)
 		case <-ctx.Done():
-			return time.Since(start)
-		}
-		if rec := n.recordOf(db); rec == nil || !unsettled(rec) {
 			return time.Since(start)
 		}
 	}
