@@ -184,8 +184,15 @@ func (n *Node) registerLastPassRPC() {
 	}
 }
 
-// lastPassIn returns, for a local replica of db's shard, whether the last
-// pass of a migration into it is stored there (see lastPasses).
-func (n *Node) lastPassIn(db string, shard int, s *storage.Store) func(*raftfsm.BucketMigration) bool {
-	return func(m *raftfsm.BucketMigration) bool { return n.lastPasses.stored(db, shard, m, s) }
+// passHolder is a replica that may hold a migration's last pass ahead of
+// the record (see lastPasses): an interface rather than a closure, so
+// that a routed write, which asks on every call, allocates nothing.
+type passHolder interface {
+	holdsLastPass(m *raftfsm.BucketMigration) bool
+}
+
+// holdsLastPass reports whether m's sender told this node its last pass
+// and this replica holds all of it.
+func (l *localReplica) holdsLastPass(m *raftfsm.BucketMigration) bool {
+	return l.n.lastPasses.stored(l.db, l.shard, m, l.s)
 }

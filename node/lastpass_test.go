@@ -48,9 +48,9 @@ func TestLastPassSettlesABucketOnlyWhereItIsStored(t *testing.T) {
 	rec := &raftfsm.DatabaseRecord{DatabaseName: "db"}
 	rec.Sharding.BucketMigrations = map[uint32]*raftfsm.BucketMigration{b: m}
 	lp := newLastPasses()
-	passIn := func(m *raftfsm.BucketMigration) bool { return lp.stored("db", 1, m, s) }
+	l := &localReplica{n: &Node{lastPasses: lp}, db: "db", shard: 1, s: s}
 	unsettled := func() bool {
-		_, ok := flipUnsettled(rec, 1, ids, readID, passIn)
+		_, ok := flipUnsettled(rec, 1, ids, readID, l)
 		return ok
 	}
 	never := func(lastPassKey) bool { return false }
@@ -75,7 +75,7 @@ func TestLastPassSettlesABucketOnlyWhereItIsStored(t *testing.T) {
 	if unsettled() {
 		t.Fatal("the bucket is not settled by a last pass this replica holds")
 	}
-	// Without the notice path (passIn nil), only the record settles it.
+	// Without the notice path (no holder), only the record settles it.
 	if _, ok := flipUnsettled(rec, 1, ids, readID, nil); !ok {
 		t.Fatal("the record alone settles a bucket whose last pass it lacks")
 	}

@@ -157,7 +157,7 @@ func (l *localReplica) get(ctx context.Context, ids []string, recordEtag uint64)
 		// acknowledged before it applied the flip: read it once the
 		// source's last pass is in, as writes wait for it.
 		l.n.waitFlipSettled(ctx, l.db, func(rec *raftfsm.DatabaseRecord) bool {
-			_, ok := flipUnsettled(rec, l.shard, ids, readID, l.n.lastPassIn(l.db, l.shard, l.s))
+			_, ok := flipUnsettled(rec, l.shard, ids, readID, l)
 			return ok
 		})
 	}
@@ -232,7 +232,7 @@ func (l *localReplica) write(ctx context.Context, ops []storage.Op, wc writeConc
 	}
 	if l.routed {
 		held := l.n.waitFlipSettled(ctx, l.db, func(rec *raftfsm.DatabaseRecord) bool {
-			_, ok := flipUnsettled(rec, l.shard, ops, opID, l.n.lastPassIn(l.db, l.shard, l.s))
+			_, ok := flipUnsettled(rec, l.shard, ops, opID, l)
 			return ok
 		})
 		if held > 0 {
@@ -273,7 +273,7 @@ func (l *localReplica) write(ctx context.Context, ops []storage.Op, wc writeConc
 			return nil, err
 		}
 	}
-	if err := l.n.guardWrites(l.db, l.shard, ops, routed, l.n.lastPassIn(l.db, l.shard, l.s)); err != nil {
+	if err := l.n.guardWrites(l.db, l.shard, ops, routed, l); err != nil {
 		fence.exit(g)
 		return nil, err
 	}
@@ -428,10 +428,9 @@ func (l *localReplica) settleScan(ctx context.Context, owners bucket.Ranges, rec
 			}
 		}
 	}
-	passIn := l.n.lastPassIn(l.db, l.shard, l.s)
 	l.n.waitFlipSettled(ctx, l.db, func(rec *raftfsm.DatabaseRecord) bool {
 		for b := range rec.Sharding.BucketMigrations {
-			if arriving(rec, l.shard, b, passIn) && owners.ShardOf(b) == l.shard {
+			if arriving(rec, l.shard, b, l) && owners.ShardOf(b) == l.shard {
 				return true
 			}
 		}

@@ -32,8 +32,8 @@ func (n *Node) recordOf(db string) *raftfsm.DatabaseRecord {
 // then is decided by that record, and is refused as catching up if it did
 // not get there.
 //
-// passIn is as for flipUnsettled.
-func (n *Node) guardWrites(db string, shard int, ops []storage.Op, routed uint64, passIn func(*raftfsm.BucketMigration) bool) error {
+// held is as for flipUnsettled.
+func (n *Node) guardWrites(db string, shard int, ops []storage.Op, routed uint64, held passHolder) error {
 	rec := n.recordOf(db)
 	if rec == nil {
 		return notFound("DatabaseDoesNotExist", "database %q does not exist", db)
@@ -55,7 +55,7 @@ func (n *Node) guardWrites(db string, shard int, ops []storage.Op, routed uint64
 				Owner: &ownerHint{Shard: owner, RecordEtag: rec.Etag}}
 		}
 	}
-	if b, ok := flipUnsettled(rec, shard, ops, opID, passIn); ok {
+	if b, ok := flipUnsettled(rec, shard, ops, opID, held); ok {
 		return errBucketArriving(db, shard, b)
 	}
 	return nil
@@ -89,7 +89,7 @@ func readID(id string) string   { return id }
 
 // flipUnsettled returns a bucket of items (named by id) that moves to
 // shard in a migration whose last pass is not in yet: not recorded (as
-// far as rec knows), nor, when passIn is not nil, announced by its sender
+// far as rec knows), nor, when held is not nil, announced by its sender
 // and held by the local replica (see lastPasses). The source takes writes
 // until it applies the flip, which a node may do milliseconds after the
 // others; the last pass brings those writes here. Had the destination
@@ -99,12 +99,12 @@ func readID(id string) string   { return id }
 // one then lost to the other). So the destination takes a moving bucket's
 // writes only once the last pass is in: moves made by the documents
 // migrator are not held, their source never owned the bucket.
-func flipUnsettled[T any](rec *raftfsm.DatabaseRecord, shard int, items []T, id func(T) string, passIn func(*raftfsm.BucketMigration) bool) (uint32, bool) {
+func flipUnsettled[T any](rec *raftfsm.DatabaseRecord, shard int, items []T, id func(T) string, held passHolder) (uint32, bool) {
 	if len(rec.Sharding.BucketMigrations) == 0 {
 		return 0, false
 	}
 	for _, it := range items {
-		if b := bucket.ForID(id(it)); arriving(rec, shard, b, passIn) {
+		if b := bucket.ForID(id(it)); arriving(rec, shard, b, held) {
 			return b, true
 		}
 	}
@@ -113,12 +113,12 @@ func flipUnsettled[T any](rec *raftfsm.DatabaseRecord, shard int, items []T, id 
 
 // arriving reports whether bucket b moves to shard in a migration (not a
 // documents-migrator one) whose sender has not recorded its last pass,
-// nor (passIn, if not nil) told it to the local replica, which holds it.
-func arriving(rec *raftfsm.DatabaseRecord, shard int, b uint32, passIn func(*raftfsm.BucketMigration) bool) bool {
+// nor (held, if not nil) told it to the local replica, which holds it.
+func arriving(rec *raftfsm.DatabaseRecord, shard int, b uint32, held passHolder) bool {
 	m := rec.Sharding.BucketMigrations[b]
 	return m != nil && m.DestinationShard == shard && !m.Leftovers && m.FinalPass == nil &&
 		(m.Status == raftfsm.MigrationMoved || m.Status == raftfsm.MigrationOwnershipTransferred) &&
-		(passIn == nil || !passIn(m))
+		(held == nil || !held.holdsLastPass(m))
 }
 
 // errBucketArriving is the retryable refusal of a write into a bucket
