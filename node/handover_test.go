@@ -17,8 +17,10 @@ import (
 // writes from then on with the retryable 503 ShardHandingOver, answers
 // only once the write that was committing has committed, with an etag
 // that covers it, and takes routed writes again once the window ended or
-// the member it handed over to is known down. Reads, and writes to the
-// replica itself ("{db}${n}"), are not held back.
+// the member it handed over to is known down. A member known down because
+// it announced a clean stop, which asks from its next run before this node
+// heard that run's heartbeat, is up from its request on. Reads, and writes
+// to the replica itself ("{db}${n}"), are not held back.
 func TestHandOverRefusesRoutedWritesForTheWindow(t *testing.T) {
 	n := testNode(t, t.TempDir())
 	c := client{t, n.HTTPURL()}
@@ -57,7 +59,7 @@ func TestHandOverRefusesRoutedWritesForTheWindow(t *testing.T) {
 	}
 	answered := make(chan answer, 1)
 	go func() {
-		r, err := n.handOver(ctx, replica(false), "R")
+		r, err := n.handOver(ctx, replica(false), "R", "")
 		answered <- answer{r, err}
 	}()
 	waitFor(t, 10*time.Second, "the hand-over to be marked", func() bool { _, ok := n.handOvers.active(k, func(string) bool { return true }); return ok })
@@ -96,7 +98,7 @@ func TestHandOverRefusesRoutedWritesForTheWindow(t *testing.T) {
 	}
 
 	// The member handed over to goes down: the window ends at once.
-	if _, err := n.handOver(ctx, replica(false), "R"); err != nil {
+	if _, err := n.handOver(ctx, replica(false), "R", ""); err != nil {
 		t.Fatal(err)
 	}
 	refused("routed write during the second hand-over", put(replica(true), "c"))
@@ -106,6 +108,22 @@ func TestHandOverRefusesRoutedWritesForTheWindow(t *testing.T) {
 		t.Errorf("routed write once the member handed over to is down: %v", err)
 	}
 	c.must(200, "GET", "/databases/db/docs?id=c", "")
+
+	// The member announced a clean stop, restarted and asks, before this
+	// node heard a heartbeat of its new run: the request counts as one,
+	// and the window holds.
+	n.health.heard("R", "1")
+	n.health.markLeft("R", "1")
+	if !n.health.knownDown("R") {
+		t.Fatal("a member that announced a clean stop should be known down")
+	}
+	if _, err := n.handOver(ctx, replica(false), "R", "2"); err != nil {
+		t.Fatal(err)
+	}
+	refused("routed write during a hand-over to a member back from a clean stop", put(replica(true), "d"))
+	if n.health.knownDown("R") || n.health.incarnation("R") != "2" {
+		t.Errorf("after its hand-over request, R known down %v, incarnation %q; want up, 2", n.health.knownDown("R"), n.health.incarnation("R"))
+	}
 }
 
 // TestHandOverFromAnEarlierVersionIsNotWaitedFor: a member of an earlier
