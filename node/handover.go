@@ -41,9 +41,6 @@ type handOverRequest struct {
 	Shard int    `json:"Shard"`
 	// To is the node whose replica takes the writes over.
 	To string `json:"To"`
-	// Incarnation is To's incarnation (see health.heard); empty from a
-	// node of an earlier version.
-	Incarnation string `json:"Incarnation,omitempty"`
 }
 
 // handOverReply is opHandOver's answer: the peer replica's database id
@@ -128,27 +125,16 @@ func (n *Node) serveHandOver(ctx context.Context, data []byte) (any, error) {
 		return nil, &apiError{Status: http.StatusConflict, Type: "NotAMember",
 			Msg: fmt.Sprintf("node %s is not another member of shard %d of %q in node %s's record", req.To, req.Shard, req.DB, n.cfg.Node.Tag)}
 	}
-	return n.handOver(ctx, l, req.To, req.Incarnation)
+	return n.handOver(ctx, l, req.To)
 }
 
-// handOver marks l's shard handed over to node to (its incarnation inc,
-// if known) for handOverWindow and answers l's last etag once the writes
-// that entered the write fence before the mark have committed.
-//
-// The request is word from to's current run, as good as a heartbeat, and
-// counts as one. The mark lasts only while to is not known down here, and
-// a node that stopped cleanly is known down from its announcement until
-// its next heartbeat, which may come up to heartbeatEvery after a
-// catch-up that ran that fast: the mark then went at the first write
-// that looked, and this replica took routed writes while the one it
-// handed over to served too (routers that had heard it sent it theirs,
-// this node's router, which had not, sent them here). Both took If-Match
-// increments on the same version (the likely cause of three acknowledged
-// twice in one CI run's rolling restart).
-func (n *Node) handOver(ctx context.Context, l *localReplica, to, inc string) (handOverReply, error) {
-	if inc != "" {
-		n.health.heard(to, inc)
-	}
+// handOver marks l's shard handed over to node to for handOverWindow and
+// answers l's last etag once the writes that entered the write fence
+// before the mark have committed. The mark lasts while to is not known
+// down here; the request that asked, from to's current run, counts as
+// word from it (health.heardRequest), so a node known down since it
+// announced a clean stop is not taken for down by its own hand-over.
+func (n *Node) handOver(ctx context.Context, l *localReplica, to string) (handOverReply, error) {
 	n.handOvers.set(replicaKey{l.db, l.shard}, to, time.Now().Add(handOverWindow))
 	if err := n.replicas.fence(l.db, l.shard).wait(ctx); err != nil {
 		return handOverReply{}, fmt.Errorf("hand over shard %d of %q to %s: wait for the writes committing: %w", l.shard, l.db, to, err)
@@ -160,6 +146,6 @@ func (n *Node) handOver(ctx context.Context, l *localReplica, to, inc string) (h
 // this node's.
 func (r *remoteReplica) askHandOver(ctx context.Context) (handOverReply, error) {
 	var out handOverReply
-	err := r.n.call(ctx, r.tag, opHandOver, handOverRequest{DB: r.db, Shard: r.shard, To: r.n.cfg.Node.Tag, Incarnation: r.n.incarnation}, &out)
+	err := r.n.call(ctx, r.tag, opHandOver, handOverRequest{DB: r.db, Shard: r.shard, To: r.n.cfg.Node.Tag}, &out)
 	return out, err
 }

@@ -59,7 +59,7 @@ func TestHandOverRefusesRoutedWritesForTheWindow(t *testing.T) {
 	}
 	answered := make(chan answer, 1)
 	go func() {
-		r, err := n.handOver(ctx, replica(false), "R", "")
+		r, err := n.handOver(ctx, replica(false), "R")
 		answered <- answer{r, err}
 	}()
 	waitFor(t, 10*time.Second, "the hand-over to be marked", func() bool { _, ok := n.handOvers.active(k, func(string) bool { return true }); return ok })
@@ -98,7 +98,7 @@ func TestHandOverRefusesRoutedWritesForTheWindow(t *testing.T) {
 	}
 
 	// The member handed over to goes down: the window ends at once.
-	if _, err := n.handOver(ctx, replica(false), "R", ""); err != nil {
+	if _, err := n.handOver(ctx, replica(false), "R"); err != nil {
 		t.Fatal(err)
 	}
 	refused("routed write during the second hand-over", put(replica(true), "c"))
@@ -117,7 +117,8 @@ func TestHandOverRefusesRoutedWritesForTheWindow(t *testing.T) {
 	if !n.health.knownDown("R") {
 		t.Fatal("a member that announced a clean stop should be known down")
 	}
-	if _, err := n.handOver(ctx, replica(false), "R", "2"); err != nil {
+	n.health.heardRequest("R", "2") // as handleRPC does with the request's Shardnode-From
+	if _, err := n.handOver(ctx, replica(false), "R"); err != nil {
 		t.Fatal(err)
 	}
 	refused("routed write during a hand-over to a member back from a clean stop", put(replica(true), "d"))

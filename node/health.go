@@ -128,6 +128,43 @@ func (h *health) heard(tag, inc string) {
 	delete(h.asked, tag)
 }
 
+// heardRequest records a node-to-node request from tag's run inc as word
+// from that run, as its heartbeat would be. A node that stopped cleanly is
+// known down from its announcement until it is heard again, and its next
+// run's first heartbeat can come a heartbeatEvery after its first
+// requests: a restarted replica's catch-up, which asks its peers for their
+// last etags and the later members to hand the shard's writes over, could
+// end before then. A member that still counted it down dropped the
+// hand-over's mark at once (its window lasts while the node handed over to
+// is not known down) and took its own router's writes while the restarted
+// replica served the others' (the likely cause of If-Match increments
+// acknowledged twice in one CI run's rolling restart); and a replica
+// refusing a write did not wait for it to hold its writes before the
+// router passed the write on to it (see handOff).
+//
+// A request from a run that announced a clean stop does not count (it may
+// still send while it closes), nor one from a run other than the one heard
+// within downAfter: that is an earlier run's last word, or a run too new
+// to be told from it, and heartbeats settle which.
+func (h *health) heardRequest(tag, inc string) {
+	if tag == "" || inc == "" || tag == h.self {
+		return
+	}
+	h.mu.RLock()
+	cur, seen, left := h.inc[tag], h.seen[tag], h.left[tag]
+	h.mu.RUnlock()
+	since := time.Since(seen)
+	switch {
+	case left == inc:
+		return
+	case cur == inc && since < heartbeatEvery:
+		return // heard lately: nothing to record
+	case cur != "" && cur != inc && since < downAfter:
+		return
+	}
+	h.heard(tag, inc)
+}
+
 // incarnation is the incarnation tag was last heard with ("" if never):
 // a leaving message from an earlier run of a node that restarted since
 // must not count the new run down.

@@ -35,6 +35,59 @@ func TestRestartFiresDownSignal(t *testing.T) {
 	}
 }
 
+// TestRequestCountsAsWordFromItsRun: a node-to-node request is word from
+// the run that sent it, as its heartbeat is: a node known down since it
+// announced a clean stop is up again once its next run asks something,
+// before that run's first heartbeat. A late request of the run that
+// announced the stop, and one of another run while the run heard lately
+// still beats, change nothing.
+func TestRequestCountsAsWordFromItsRun(t *testing.T) {
+	h := newHealth("A")
+	h.heard("B", "one")
+	h.markLeft("B", "one")
+	if !h.knownDown("B") {
+		t.Fatal("B is not known down after announcing a clean stop")
+	}
+	h.heardRequest("B", "one")
+	if !h.knownDown("B") {
+		t.Error("a request of the run that announced its stop counted B up")
+	}
+	h.heardRequest("B", "two")
+	if h.knownDown("B") || !h.up("B") || h.incarnation("B") != "two" {
+		t.Errorf("after a request of B's next run: known down %v, up %v, incarnation %q", h.knownDown("B"), h.up("B"), h.incarnation("B"))
+	}
+	h.heard("C", "one")
+	sig := h.downSignal("C")
+	h.heardRequest("C", "zero")
+	if h.incarnation("C") != "one" {
+		t.Errorf("a request of another run of C, heard lately as one: incarnation %q", h.incarnation("C"))
+	}
+	select {
+	case <-sig:
+		t.Error("a request of another run fired C's down signal")
+	default:
+	}
+	h.heardRequest("A", "x")
+	if h.incarnation("A") != "" {
+		t.Error("this node's own request was recorded")
+	}
+
+	// Through the bus: the request's Shardnode-From is recorded before
+	// its op runs, whatever the op.
+	n := testNode(t, t.TempDir())
+	n.health.heard("R", "1")
+	n.health.markLeft("R", "1")
+	m := nats.NewMsg(n.rpcSubject(n.cfg.Node.Tag))
+	m.Header.Set("Op", "no.such.op")
+	m.Header.Set(fromHeader, "R 2")
+	if _, err := n.bus.nc.RequestMsg(m, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if n.health.knownDown("R") || n.health.incarnation("R") != "2" {
+		t.Errorf("after a request from R's next run: known down %v, incarnation %q", n.health.knownDown("R"), n.health.incarnation("R"))
+	}
+}
+
 // TestDocumentsFitOneBusMessage: the embedded server's messages carry the
 // largest document the configuration allows, within NATS's bounds, and a
 // node never accepts a document larger than one message.

@@ -89,6 +89,10 @@ func (n *Node) answerStopping(m *nats.Msg) {
 
 func (n *Node) handleRPC(ctx context.Context, m *nats.Msg) {
 	nodeCtx := ctx // ends when this node stops
+	if from := m.Header.Get(fromHeader); from != "" {
+		tag, inc, _ := strings.Cut(from, " ")
+		n.health.heardRequest(tag, inc)
+	}
 	op := m.Header.Get("Op")
 	h, ok := n.rpcHandlers[op]
 	reply := nats.NewMsg(m.Reply)
@@ -186,6 +190,11 @@ func (n *Node) callRaw(ctx context.Context, tag, op string, data []byte) ([]byte
 	return n.callRawWith(ctx, tag, op, data, nil)
 }
 
+// fromHeader names the node that sends a node-to-node request and its
+// incarnation ("B 3k9…"): a request is word from that node's current run,
+// as its heartbeat is (see health.heardRequest).
+const fromHeader = "Shardnode-From"
+
 // rpcHeadersKey keys a request's bus headers in its handler's context.
 type rpcHeadersKey struct{}
 
@@ -207,6 +216,7 @@ func (n *Node) callRawWith(ctx context.Context, tag, op string, data []byte, ext
 	m := nats.NewMsg(n.rpcSubject(tag))
 	m.Header.Set("Op", op)
 	m.Header.Set("Timeout-Ms", strconv.FormatInt(max(1, time.Until(dl).Milliseconds()), 10))
+	m.Header.Set(fromHeader, n.cfg.Node.Tag+" "+n.incarnation)
 	for k, v := range extra {
 		m.Header.Set(k, v)
 	}
