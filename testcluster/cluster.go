@@ -39,7 +39,8 @@ type Options struct {
 	// it (nats.url) instead of embedding servers.
 	ExternalNATS bool
 	// Verbose sends node logs to stderr (in-process) or keeps them in each
-	// member's node.log (processes, always).
+	// member's node.log (processes, always). SHARDNODE_TEST_VERBOSE=1 in
+	// the environment sets it for every cluster a test run starts.
 	Verbose bool
 	// Failpoints is debug.failpoints for every node (fault tests).
 	Failpoints string
@@ -87,6 +88,9 @@ func Start(t testing.TB, opts Options) *Cluster {
 	t.Helper()
 	if opts.Nodes == 0 {
 		opts.Nodes = 3
+	}
+	if os.Getenv("SHARDNODE_TEST_VERBOSE") == "1" {
+		opts.Verbose = true
 	}
 	c := &Cluster{t: t, opts: opts, dir: t.TempDir()}
 	if opts.ExternalNATS {
