@@ -243,6 +243,17 @@ func (n *Node) onShardWithin(ctx context.Context, t target, shard int, read bool
 			}
 			errs = append(errs, err)
 			othersSoon = othersSoon || (tag != n.cfg.Node.Tag && servesSoon(err))
+			if !read && isArriving(err) {
+				// The bucket moves to this shard and its last pass is
+				// not in: the other members wait for the same pass, and
+				// one that took the write would hold it while this member
+				// holds the bucket's other writes, and both would commit
+				// them on the same version once the pass is in (an
+				// explorer: If-Match increments acknowledged twice, one
+				// through each member of the destination, while a source
+				// node took seconds to stop). Ask this member again.
+				break
+			}
 		}
 		if ctx.Err() != nil || !slices.ContainsFunc(errs, servesSoon) {
 			break
@@ -287,6 +298,13 @@ const (
 func servesSoon(err error) bool {
 	var ae *apiError
 	return errors.As(err, &ae) && ae.Status == http.StatusServiceUnavailable && (ae.Type == "ShardCatchingUp" || ae.Type == "ShardHandingOver" || ae.Type == "BucketArriving")
+}
+
+// isArriving reports a write refused because its bucket moves to the
+// shard and the source's last pass is not in yet (errBucketArriving).
+func isArriving(err error) bool {
+	var ae *apiError
+	return errors.As(err, &ae) && ae.Type == "BucketArriving"
 }
 
 func (n *Node) attempt(ctx context.Context, db string, shard int, tag string, read bool, extra time.Duration, fn func(context.Context, shardReplica) error) error {

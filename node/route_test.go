@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/shardnode/shardnode/bucket"
 	"github.com/shardnode/shardnode/config"
+	"github.com/shardnode/shardnode/raftfsm"
 	"github.com/shardnode/shardnode/storage"
 )
 
@@ -138,5 +140,38 @@ func TestAttemptAsksAnUnreachableMemberAgainWhileRoutesConnect(t *testing.T) {
 	calls = 0
 	if err := young.attempt(ctx, "db", 0, "Z", false, 0, unreachableTwice(&calls)); !errors.Is(err, errUnreachable) || calls != 1 {
 		t.Fatalf("member known down: %v after %d calls, want unreachable after one", err, calls)
+	}
+}
+
+// TestArrivingWriteAsksTheSameMemberAgain: a member refusing a write
+// because its bucket arrives (the source's last pass is not in) has the
+// router wait and ask it again, not pass the write to the next member,
+// which waits for the same pass: both would then hold the bucket's writes
+// and commit them on the same version once it came in. A read refused so
+// goes on to the next member, as reads do.
+func TestArrivingWriteAsksTheSameMemberAgain(t *testing.T) {
+	cfg := config.Default()
+	n := &Node{cfg: &cfg, health: newHealth(cfg.Node.Tag), started: time.Now().Add(-peerReachWait), fresh: newFreshness()}
+	rec := &raftfsm.DatabaseRecord{DatabaseName: "db", Sharding: raftfsm.Sharding{Shards: map[int]*raftfsm.ShardTopology{0: {Members: []string{"Y", "Z"}}}}}
+	tgt := target{rec: rec, shard: -1}
+	run := func(read bool) []string {
+		var asked []string
+		err := n.onShard(context.Background(), tgt, 0, read, func(_ context.Context, r shardReplica) error {
+			asked = append(asked, r.(*remoteReplica).tag)
+			if len(asked) < 3 {
+				return errBucketArriving("db", 0, 7)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("read %v: %v after asking %v", read, err, asked)
+		}
+		return asked
+	}
+	if asked := run(false); !slices.Equal(asked, []string{"Y", "Y", "Y"}) {
+		t.Errorf("a write refused as arriving asked %v, want Y again and again", asked)
+	}
+	if asked := run(true); !slices.Equal(asked, []string{"Y", "Z", "Y"}) {
+		t.Errorf("a read refused as arriving asked %v, want Y, then Z, then Y", asked)
 	}
 }
