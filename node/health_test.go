@@ -88,6 +88,42 @@ func TestRequestCountsAsWordFromItsRun(t *testing.T) {
 	}
 }
 
+// TestStoppingNodeMakesNoPasses: a node that announced the end of its
+// drain stays up for routing (it still answers) but not for resharding,
+// whose passes the other members make from then on; its next run is up
+// for both. Through the bus, as Close announces it.
+func TestStoppingNodeMakesNoPasses(t *testing.T) {
+	n := testNode(t, t.TempDir())
+	n.health.heard("R", "1")
+	c := reshardCluster{n}
+	if !c.Up("R") {
+		t.Fatal("R, just heard, is not up for resharding")
+	}
+	if err := n.bus.nc.Publish(n.stoppingSubject(), []byte("R 1")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "R's stop to be heard", func() bool { return n.health.isStopping("R") })
+	if c.Up("R") || !n.health.up("R") {
+		t.Errorf("R stopping: up for resharding %v (want false), for routing %v (want true)", c.Up("R"), n.health.up("R"))
+	}
+	n.health.heard("R", "2")
+	if !c.Up("R") {
+		t.Error("R's next run is not up for resharding")
+	}
+	// A late notice of the earlier run changes nothing. Q's notice, sent
+	// after it on the same subject, is handled after it.
+	n.health.heard("Q", "1")
+	for _, m := range []string{"R 1", "Q 1"} {
+		if err := n.bus.nc.Publish(n.stoppingSubject(), []byte(m)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 5*time.Second, "Q's stop to be heard", func() bool { return n.health.isStopping("Q") })
+	if !c.Up("R") {
+		t.Error("a late stopping notice of R's earlier run took its next run for stopping")
+	}
+}
+
 // TestDocumentsFitOneBusMessage: the embedded server's messages carry the
 // largest document the configuration allows, within NATS's bounds, and a
 // node never accepts a document larger than one message.

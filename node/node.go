@@ -256,6 +256,7 @@ func (n *Node) Close() error {
 	}
 	n.closed = true
 	n.drainWrites()
+	n.announceStopping() // the other members make this node's passes from now on
 	n.handOverLeadership()
 	var errs []error
 	if n.streamsCancel != nil {

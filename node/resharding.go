@@ -38,7 +38,11 @@ func (c reshardCluster) Propose(ctx context.Context, cmd raftfsm.Command) error 
 
 func (c reshardCluster) IsLeader() bool { return c.n.raft.r.State() == raft.Leader }
 
-func (c reshardCluster) Up(tag string) bool { return c.n.health.up(tag) }
+// Up reports a node heard from lately that has not announced the end of
+// its drain: one that did makes no passes (see health.markStopping).
+func (c reshardCluster) Up(tag string) bool {
+	return c.n.health.up(tag) && !c.n.health.isStopping(tag)
+}
 
 func (c reshardCluster) Behind(db string, shard int) bool { return c.n.catchUps.isBehind(db, shard) }
 
