@@ -83,6 +83,9 @@ type Node struct {
 	incarnation string
 	catchUps    catchUps  // replicas behind their peers, skipped by routed requests
 	handOvers   handOvers // replicas that handed their writes over to a member that caught up
+	// sourceFences are buckets whose senders told this node of their flip
+	// before it applied it (see FenceSourceReplicas).
+	sourceFences sourceFences
 	// staleRefusals: a replica refused a routed write while this node was
 	// not fresh (see refusedWhileStale); the next confirmation catches
 	// the replicas up first.
@@ -186,6 +189,7 @@ func Start(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Nod
 	n.registerClusterRPC()
 	n.registerMigrationRPC()
 	n.registerLastPassRPC()
+	n.registerSourceFenceRPC()
 	if _, err := n.serveRPC(runCtx); err != nil {
 		return nil, err
 	}

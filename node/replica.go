@@ -272,6 +272,13 @@ func (l *localReplica) write(ctx context.Context, ops []storage.Op, wc writeConc
 			fence.exit(g)
 			return nil, err
 		}
+		// And as the fence of a bucket's sender asked (see
+		// FenceSourceReplicas): it answers once the writes that passed
+		// have committed.
+		if err := l.n.sourceFences.refuse(l.db, l.shard, ops); err != nil {
+			fence.exit(g)
+			return nil, err
+		}
 	}
 	if err := l.n.guardWrites(l.db, l.shard, ops, routed, l); err != nil {
 		fence.exit(g)

@@ -405,9 +405,21 @@ func (a *Agent) send(ctx context.Context, m raftfsm.BucketMigration) error {
 			a.c.Failpoint(ctx, "resharding/before-final-pass")
 			// Writes that passed the write guard before this node applied
 			// the flip may still be committing: wait for them, then send
-			// them in this last pass.
-			if err := a.c.FenceWrites(ctx, a.db, a.shard); err != nil {
+			// them in this last pass; and for those the shard's other
+			// replicas took before they knew of it, which reach this one
+			// by replication. Both at once.
+			var peers error
+			var fenced sync.WaitGroup
+			if cur != nil && status == raftfsm.MigrationOwnershipTransferred {
+				fenced.Go(func() { peers = a.c.FenceSourceReplicas(ctx, a.db, a.shard, m.Bucket, m.DestinationShard, cur.Etag) })
+			}
+			err := a.c.FenceWrites(ctx, a.db, a.shard)
+			fenced.Wait()
+			if err != nil {
 				return err
+			}
+			if peers != nil {
+				return peers
 			}
 		}
 		// How far the other replicas' feeds had reached this one, read

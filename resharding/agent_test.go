@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/shardnode/shardnode/bucket"
+	"github.com/shardnode/shardnode/changevector"
 	"github.com/shardnode/shardnode/raftfsm"
 	"github.com/shardnode/shardnode/storage"
 )
@@ -33,6 +34,9 @@ type fakeCluster struct {
 	// onSend, if set, runs once, at the first batch sent.
 	onSend   func()
 	lastPass []string // each batch's LastPass
+	// onSourceFence, if set, runs at each FenceSourceReplicas: what the
+	// other source replicas' writes bring by replication meanwhile.
+	onSourceFence func()
 }
 
 func (c *fakeCluster) NodeTag() string { return "B" }
@@ -51,9 +55,15 @@ func (c *fakeCluster) Stopping() bool                                 { return f
 func (c *fakeCluster) WaitAllApplied(context.Context, uint64) error   { return nil }
 func (c *fakeCluster) NotePurge(string, int, uint64)                  {}
 func (c *fakeCluster) FenceWrites(context.Context, string, int) error { return nil }
-func (c *fakeCluster) Failpoint(context.Context, string)              {}
-func (c *fakeCluster) WaitReady(context.Context) error                { return nil }
-func (c *fakeCluster) MigratorInterval() time.Duration                { return time.Hour }
+func (c *fakeCluster) FenceSourceReplicas(context.Context, string, int, uint32, int, uint64) error {
+	if c.onSourceFence != nil {
+		c.onSourceFence()
+	}
+	return nil
+}
+func (c *fakeCluster) Failpoint(context.Context, string) {}
+func (c *fakeCluster) WaitReady(context.Context) error   { return nil }
+func (c *fakeCluster) MigratorInterval() time.Duration   { return time.Hour }
 func (c *fakeCluster) RangeStats(context.Context, string, int, uint32, uint32) ([]storage.BucketStats, error) {
 	return nil, nil
 }
@@ -290,6 +300,56 @@ func TestLastPassEndsWithItsVersion(t *testing.T) {
 		if lp != "" {
 			t.Fatalf("batch %d of %d claims to end the last pass (%q)", i+1, n, lp)
 		}
+	}
+}
+
+// TestLastPassHoldsWhatTheOtherSourceReplicasTook: after the flip, the
+// sender fences the source shard's other replicas before its last pass,
+// and the pass carries a write one of them took (it arrives here by
+// replication during the fence) and counts it.
+func TestLastPassHoldsWhatTheOtherSourceReplicasTook(t *testing.T) {
+	st, err := storage.Open(storage.Options{Dir: t.TempDir(), NodeTag: "B"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	put := func(id string) {
+		if _, err := st.Write(context.Background(), []storage.Op{{Kind: storage.OpPut, ID: id, Collection: "Orders", Body: []byte(`{"n":1}`)}}); err != nil {
+			t.Error(err)
+		}
+	}
+	put("orders/1$tenants/7")
+	m, rec := afterFlip()
+	fenced := 0
+	c := &fakeCluster{rec: rec}
+	c.onSourceFence = func() {
+		fenced++
+		put("orders/9$tenants/7") // stands for a peer's write replicated here
+	}
+	runSend(t, c, st, m)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if fenced != 1 {
+		t.Fatalf("the other source replicas were fenced %d times, want once", fenced)
+	}
+	p := c.proposed[len(c.proposed)-1].(*raftfsm.SourceMigrationFinalPass)
+	if p.Documents != 1 {
+		t.Fatalf("the last pass counts %d documents, want the 1 a peer took", p.Documents)
+	}
+	v, err := changevector.ParseVector(p.Pass.ChangeVector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := st.Get("orders/9$tenants/7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cv, err := changevector.Parse(d.ChangeVector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !v.Covers(cv.Version) {
+		t.Fatalf("the last pass covers %s, not the peer's write %s", v, cv.Version)
 	}
 }
 

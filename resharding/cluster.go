@@ -62,6 +62,15 @@ type Cluster interface {
 	// or with an error when ctx ends first. Writes arriving meanwhile are
 	// not held back.
 	FenceWrites(ctx context.Context, db string, shard int) error
+	// FenceSourceReplicas tells the source shard's other reachable
+	// replicas that bucket flipped to shard to (the record at recordEtag
+	// shows it), so they refuse its writes from then on, and returns once
+	// this node's replica holds every client write they took into it
+	// before, as far as they answer within a bound; an error only when
+	// ctx ends. A router that found the sender down or refusing sent such
+	// writes there, and a last pass without them left them behind while
+	// the destination took the bucket's writes.
+	FenceSourceReplicas(ctx context.Context, db string, shard int, bucket uint32, to int, recordEtag uint64) error
 	// Failpoint pauses at a named step when a fault test configured it
 	// (debug.failpoints); otherwise it returns at once.
 	Failpoint(ctx context.Context, name string)
