@@ -265,21 +265,28 @@ func TestSenderEndsOnceItsLastPassIsInTheRecord(t *testing.T) {
 	}
 }
 
+// ordersStore opens a source replica's store (closed with the test) and
+// returns it with a function that writes one order into it.
+func ordersStore(t *testing.T) (*storage.Store, func(id string)) {
+	t.Helper()
+	st, err := storage.Open(storage.Options{Dir: t.TempDir(), NodeTag: "B"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st, func(id string) {
+		if _, err := st.Write(context.Background(), []storage.Op{{Kind: storage.OpPut, ID: id, Collection: "Orders", Body: []byte(`{"n":1}`)}}); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
 // TestLastPassEndsWithItsVersion: when the last pass after the flip sends
 // anything, its last batch carries the version the pass records, so a
 // destination replica that stores it may take the bucket's writes at
 // once; no earlier batch claims it.
 func TestLastPassEndsWithItsVersion(t *testing.T) {
-	st, err := storage.Open(storage.Options{Dir: t.TempDir(), NodeTag: "B"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	put := func(id string) {
-		if _, err := st.Write(context.Background(), []storage.Op{{Kind: storage.OpPut, ID: id, Collection: "Orders", Body: []byte(`{"n":1}`)}}); err != nil {
-			t.Error(err)
-		}
-	}
+	st, put := ordersStore(t)
 	put("orders/1$tenants/7")
 	m, rec := afterFlip()
 	// A write that passed the guard before the flip commits while the
@@ -308,16 +315,7 @@ func TestLastPassEndsWithItsVersion(t *testing.T) {
 // and the pass carries a write one of them took (it arrives here by
 // replication during the fence) and counts it.
 func TestLastPassHoldsWhatTheOtherSourceReplicasTook(t *testing.T) {
-	st, err := storage.Open(storage.Options{Dir: t.TempDir(), NodeTag: "B"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	put := func(id string) {
-		if _, err := st.Write(context.Background(), []storage.Op{{Kind: storage.OpPut, ID: id, Collection: "Orders", Body: []byte(`{"n":1}`)}}); err != nil {
-			t.Error(err)
-		}
-	}
+	st, put := ordersStore(t)
 	put("orders/1$tenants/7")
 	m, rec := afterFlip()
 	fenced := 0
