@@ -275,7 +275,11 @@ func (l *localReplica) write(ctx context.Context, ops []storage.Op, wc writeConc
 		// And as the fence of a bucket's sender asked (see
 		// FenceSourceReplicas): it answers once the writes that passed
 		// have committed.
-		if err := l.n.sourceFences.refuse(l.db, l.shard, ops); err != nil {
+		var recEtag uint64
+		if rec := l.n.recordOf(l.db); rec != nil {
+			recEtag = rec.Etag
+		}
+		if err := l.n.sourceFences.refuse(l.db, l.shard, ops, recEtag); err != nil {
 			fence.exit(g)
 			return nil, err
 		}

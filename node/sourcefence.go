@@ -101,8 +101,10 @@ func (f *sourceFences) set(k sourceFenceKey, to ownerHint) {
 }
 
 // refuse returns BucketNotOwned, naming the new owner, for a write whose
-// op falls in a fenced bucket of db's shard.
-func (f *sourceFences) refuse(db string, shard int, ops []storage.Op) error {
+// op falls in a fenced bucket of db's shard, while this node's record
+// (recordEtag) is older than the sender's: from the sender's record on,
+// the write guard decides (the bucket may even have come back since).
+func (f *sourceFences) refuse(db string, shard int, ops []storage.Op, recordEtag uint64) error {
 	if f.n.Load() == 0 {
 		return nil
 	}
@@ -111,7 +113,7 @@ func (f *sourceFences) refuse(db string, shard int, ops []storage.Op) error {
 	now := time.Now()
 	for _, op := range ops {
 		b := bucket.ForID(op.ID)
-		if v, ok := f.m[sourceFenceKey{db, shard, b}]; ok && now.Before(v.until) {
+		if v, ok := f.m[sourceFenceKey{db, shard, b}]; ok && now.Before(v.until) && recordEtag < v.to.RecordEtag {
 			h := v.to
 			return &apiError{Status: http.StatusMisdirectedRequest, Type: "BucketNotOwned", Owner: &h,
 				Msg: fmt.Sprintf("shard %d no longer owns the bucket of %q: its sender made the last pass after the flip to shard %d (record etag %d)", shard, op.ID, h.Shard, h.RecordEtag)}

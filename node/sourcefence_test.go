@@ -16,7 +16,8 @@ import (
 // replica told by a bucket's sender of its flip answers the etag of the
 // newest write it took itself into that bucket (0 for a bucket it took
 // none in), which the sender then waits to hold, and refuses routed writes
-// into it from then on, as after the flip, for the fence's window.
+// into it from then on, as after the flip, for the fence's window and
+// until its node has the sender's record.
 func TestSourceFenceAnswersTheReplicasOwnWritesIntoTheBucket(t *testing.T) {
 	n := testNode(t, t.TempDir())
 	c := client{t, n.HTTPURL()}
@@ -67,7 +68,13 @@ func TestSourceFenceAnswersTheReplicasOwnWritesIntoTheBucket(t *testing.T) {
 	if err := write(false, "d$t1"); err != nil {
 		t.Errorf("write to db$0 itself into the fenced bucket: %v", err)
 	}
-	n.sourceFences.set(sourceFenceKey{"db", 0, bucket.ForID("t1")}, ownerHint{Shard: 3})
+	// A mark whose record this node has reached is moot: the write
+	// guard decides from then on.
+	n.sourceFences.set(sourceFenceKey{"db", 0, bucket.ForID("t1")}, ownerHint{Shard: 3, RecordEtag: n.recordOf("db").Etag})
+	if err := write(true, "f$t1"); err != nil {
+		t.Errorf("routed write into a bucket fenced by a record this node has: %v", err)
+	}
+	n.sourceFences.set(sourceFenceKey{"db", 0, bucket.ForID("t1")}, ownerHint{Shard: 3, RecordEtag: rec.Etag + 7})
 	n.sourceFences.mu.Lock()
 	for k, v := range n.sourceFences.m {
 		v.until = time.Now()
