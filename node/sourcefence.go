@@ -158,12 +158,12 @@ func ownWrites(l *localReplica, b uint32) (sourceFenceReply, error) {
 
 // FenceSourceReplicas returns once this node's replica of the source shard
 // holds every write the shard's other reachable replicas took themselves
-// into bucket before they were told of its flip to shard to (the record at
-// recordEtag); from then on they refuse the bucket's writes, as they do
-// once their nodes applied the flip. A replica that does not answer within sourceFenceAsk, or whose
-// writes do not arrive within sourceFenceHold, is logged and not waited
-// for; an error only when ctx ends.
-func (c reshardCluster) FenceSourceReplicas(ctx context.Context, db string, shard int, bucket uint32, to int, recordEtag uint64) error {
+// into bucket b before they were told of its flip to shard to (the record
+// at recordEtag); from then on they refuse the bucket's writes, as they do
+// once their nodes applied the flip. A replica that does not answer within
+// sourceFenceAsk, or whose writes do not arrive within sourceFenceHold, is
+// logged and not waited for; an error only when ctx ends.
+func (c reshardCluster) FenceSourceReplicas(ctx context.Context, db string, shard int, b uint32, to int, recordEtag uint64) error {
 	n := c.n
 	rec := n.recordOf(db)
 	if rec == nil || rec.Sharding.Shards[shard] == nil || len(rec.Sharding.Shards[shard].Members) < 2 {
@@ -173,7 +173,7 @@ func (c reshardCluster) FenceSourceReplicas(ctx context.Context, db string, shar
 	if err != nil {
 		return nil // no replica here: no pass to make from it
 	}
-	req := sourceFenceRequest{DB: db, Shard: shard, Bucket: bucket, To: to, RecordEtag: recordEtag}
+	req := sourceFenceRequest{DB: db, Shard: shard, Bucket: b, To: to, RecordEtag: recordEtag}
 	var mu sync.Mutex
 	want := map[string]uint64{} // peer replica's database id → its own writes' etag
 	var wg sync.WaitGroup
@@ -188,7 +188,7 @@ func (c reshardCluster) FenceSourceReplicas(ctx context.Context, db string, shar
 			if err := n.call(actx, tag, opSourceFence, req, &out); err != nil {
 				if !isUnknownOp(err) {
 					n.logger.Info("source replica did not say how far its writes into a flipped bucket go; the last pass does not wait for them",
-						"db", db, "shard", shard, "bucket", bucket, "member", tag, "err", err)
+						"db", db, "shard", shard, "bucket", b, "member", tag, "err", err)
 				}
 				return
 			}
@@ -223,7 +223,7 @@ func (c reshardCluster) FenceSourceReplicas(ctx context.Context, db string, shar
 				return ctx.Err()
 			}
 			n.logger.Warn("last pass made without writes another source replica took into the bucket; they stay behind as leftovers",
-				"db", db, "shard", shard, "bucket", bucket, "behind", short)
+				"db", db, "shard", shard, "bucket", b, "behind", short)
 			return nil
 		}
 	}
