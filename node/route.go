@@ -248,10 +248,11 @@ func (n *Node) onShardWithin(ctx context.Context, t target, shard int, read bool
 				// not in: the other members wait for the same pass, and
 				// one that took the write would hold it while this member
 				// holds the bucket's other writes, and both would commit
-				// them on the same version once the pass is in (an
-				// explorer: If-Match increments acknowledged twice, one
-				// through each member of the destination, while a source
-				// node took seconds to stop). Ask this member again.
+				// them on the same version once the pass is in (stress
+				// runs of TestIncrementsWhileNodesStopCleanlyDuringMoves:
+				// If-Match increments acknowledged twice, one through each
+				// member of the destination, while a source node took
+				// seconds to stop). Ask this member again.
 				break
 			}
 		}

@@ -92,30 +92,32 @@ func (f *sourceFences) set(k sourceFenceKey, to ownerHint) {
 	if f.m == nil {
 		f.m = map[sourceFenceKey]sourceFence{}
 	}
-	now := time.Now()
-	for k, v := range f.m {
-		if now.After(v.until) {
-			delete(f.m, k)
-		}
-	}
-	f.m[k] = sourceFence{to: to, until: now.Add(sourceFenceWindow)}
+	f.m[k] = sourceFence{to: to, until: time.Now().Add(sourceFenceWindow)}
 	f.n.Store(int32(len(f.m)))
 }
 
 // refuse returns BucketNotOwned, naming the new owner, for a write whose
 // op falls in a fenced bucket of db's shard, while this node's record
-// (recordEtag) is older than the sender's: from the sender's record on,
-// the write guard decides (the bucket may even have come back since).
-func (f *sourceFences) refuse(db string, shard int, ops []storage.Op, recordEtag uint64) error {
+// (recordEtag, asked only when some bucket is fenced) is older than the
+// sender's: from the sender's record on, the write guard decides (the
+// bucket may even have come back since). Fences that ended, or that db's
+// record made moot, are dropped, so routed writes find none again.
+func (f *sourceFences) refuse(db string, shard int, ops []storage.Op, recordEtag func() uint64) error {
 	if f.n.Load() == 0 {
 		return nil
 	}
+	etag := recordEtag()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	now := time.Now()
+	for k, v := range f.m {
+		if now.After(v.until) || (k.db == db && etag >= v.to.RecordEtag) {
+			delete(f.m, k)
+		}
+	}
+	f.n.Store(int32(len(f.m)))
 	for _, op := range ops {
-		b := bucket.ForID(op.ID)
-		if v, ok := f.m[sourceFenceKey{db, shard, b}]; ok && now.Before(v.until) && recordEtag < v.to.RecordEtag {
+		if v, ok := f.m[sourceFenceKey{db, shard, bucket.ForID(op.ID)}]; ok {
 			h := v.to
 			return &apiError{Status: http.StatusMisdirectedRequest, Type: "BucketNotOwned", Owner: &h,
 				Msg: fmt.Sprintf("shard %d no longer owns the bucket of %q: its sender made the last pass after the flip to shard %d (record etag %d)", shard, op.ID, h.Shard, h.RecordEtag)}
