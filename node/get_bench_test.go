@@ -6,6 +6,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/shardnode/shardnode/config"
 )
 
 // discardWriter is a ResponseWriter that keeps only the status: the
@@ -31,7 +33,16 @@ func (w *discardWriter) Write(b []byte) (int, error) {
 // server beyond net/http's reading and writing (the bench command's get
 // row measures the whole).
 func BenchmarkGetHandler(b *testing.B) {
-	n := testNode(b, b.TempDir())
+	b.Run("cached", func(b *testing.B) { benchmarkGetHandler(b, -1) })
+	b.Run("uncached", func(b *testing.B) { benchmarkGetHandler(b, 0) })
+}
+
+func benchmarkGetHandler(b *testing.B, cacheBytes int64) {
+	n := testNode(b, b.TempDir(), func(c *config.Config) {
+		if cacheBytes >= 0 {
+			c.Storage.DocCacheBytes = cacheBytes
+		}
+	})
 	h := n.routes()
 	put := func(method, path, body string) {
 		rec := httptest.NewRecorder()

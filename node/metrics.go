@@ -33,6 +33,10 @@ type metrics struct {
 	phaseSeconds *prometheus.HistogramVec
 	// migrationSeconds times whole migrations, start to completion.
 	migrationSeconds *prometheus.HistogramVec
+	// lastPassSeconds times the steps of the last passes this node's
+	// senders made after a flip (resharding.LastPassTimings): how long
+	// the new owner held the bucket's writes, and for what.
+	lastPassSeconds *prometheus.HistogramVec
 	// migrationsCancelled counts migrations that left the record before
 	// their flip (a cancelled operation's bucket).
 	migrationsCancelled *prometheus.CounterVec
@@ -57,6 +61,11 @@ func newMetrics(n *Node) *metrics {
 		Help:    "Bucket migrations completed, from their start to their completion, as this node applied them.",
 		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 1800},
 	}, []string{"db"})
+	m.lastPassSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "shardnode_last_pass_step_duration_seconds",
+		Help:    "Steps of the last passes this node made as a bucket's sender after its ownership flip, while the new owner held the bucket's writes: fence_writes (this replica's writes in flight committing), fence_peers (the source shard's other replicas fenced and their writes arrived; at once with fence_writes), send (the pass stored at the destination), total (flip seen to pass stored).",
+		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+	}, []string{"db", "step"})
 	m.migrationsCancelled = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "shardnode_migrations_cancelled_total",
 		Help: "Bucket migrations that left the record before their ownership flip.",
@@ -65,7 +74,7 @@ func newMetrics(n *Node) *metrics {
 		Name: "shardnode_migration_errors_total",
 		Help: "Failed bucket migration steps recorded (each raises the migration's Failures; the step is retried with back-off).",
 	}, []string{"db"})
-	m.reg.MustRegister(m.httpSeconds, m.phaseSeconds, m.migrationSeconds, m.migrationsCancelled, m.migrationErrors,
+	m.reg.MustRegister(m.httpSeconds, m.phaseSeconds, m.migrationSeconds, m.lastPassSeconds, m.migrationsCancelled, m.migrationErrors,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), nodeCollector{n})
 	return m
 }

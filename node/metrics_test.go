@@ -149,6 +149,17 @@ func TestMetricsFollowWritesAndAMove(t *testing.T) {
 			t.Errorf("phase %s observed %v times, want 2", phase, v)
 		}
 	}
+	// Each move's sender made one last pass after its flip (the record
+	// shows the pass before the move completes).
+	for _, step := range []string{"fence_writes", "fence_peers", "send", "total"} {
+		if v, _ := metricValue(fams, "shardnode_last_pass_step_duration_seconds", "db", "db", "step", step); v != 2 {
+			t.Errorf("last pass step %s observed %v times, want 2", step, v)
+		}
+	}
+	lp, _ := c.must(200, "GET", "/databases/db/stats", "").json(t)["LastPasses"].(map[string]any)
+	if lp["Passes"] != 2.0 || lp["Node"] != "A" || lp["TotalMaxMs"].(float64) <= 0 {
+		t.Errorf("stats' LastPasses: %v, want 2 passes by A that took some time", lp)
+	}
 	for _, st := range []string{"Moving", "Moved", "OwnershipTransferred"} {
 		if v, ok := metricValue(fams, "shardnode_migrations", "db", "db", "status", st); !ok || v != 0 {
 			t.Errorf("migrations %s: %v (reported %v), want 0", st, v, ok)

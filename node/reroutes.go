@@ -77,6 +77,37 @@ func holdStats(holds *reroutes, node, db string, created uint64) HoldStats {
 	return HoldStats{Node: s.Node, WritesHeld: s.WritesRerouted, DelayP50Ms: s.DelayP50Ms, DelayP99Ms: s.DelayP99Ms, DelayMaxMs: s.DelayMaxMs, Window: s.Window}
 }
 
+// LastPassStats are one node's figures for the last passes its senders
+// made after an ownership flip, in GET /databases/{db}/stats: the new
+// owner holds the bucket's writes until the pass is stored (HoldStats),
+// and the fence of the source shard's other replicas is its largest step
+// on a cluster without a write backlog.
+type LastPassStats struct {
+	// Node is the node whose senders made the passes.
+	Node string `json:"Node"`
+	// Passes counts them since this node started.
+	Passes uint64 `json:"Passes"`
+	// TotalP50Ms, TotalP99Ms and TotalMaxMs time each pass from its
+	// sender seeing the flip to the pass stored at the destination;
+	// FencePeersP50Ms and FencePeersP99Ms its wait for the source shard's
+	// other replicas (at once with the wait for its own writes in
+	// flight). Percentiles over the latest Window, Max since the start.
+	TotalP50Ms      float64 `json:"TotalP50Ms"`
+	TotalP99Ms      float64 `json:"TotalP99Ms"`
+	TotalMaxMs      float64 `json:"TotalMaxMs"`
+	FencePeersP50Ms float64 `json:"FencePeersP50Ms"`
+	FencePeersP99Ms float64 `json:"FencePeersP99Ms"`
+	Window          int     `json:"Window"`
+}
+
+// lastPassStats summarises the passes of database db, created at raft
+// index created, from totals and fences (see Node.passTotals).
+func lastPassStats(totals, fences *reroutes, node, db string, created uint64) LastPassStats {
+	t, f := totals.stats(node, db, created), fences.stats(node, db, created)
+	return LastPassStats{Node: node, Passes: t.WritesRerouted, TotalP50Ms: t.DelayP50Ms, TotalP99Ms: t.DelayP99Ms, TotalMaxMs: t.DelayMaxMs,
+		FencePeersP50Ms: f.DelayP50Ms, FencePeersP99Ms: f.DelayP99Ms, Window: t.Window}
+}
+
 // record notes one rerouted write of database db, created at raft index
 // created, that the flip delayed by d.
 func (r *reroutes) record(db string, created uint64, d time.Duration) {

@@ -251,6 +251,18 @@ func (c reshardCluster) NotePurge(db string, shard int, index uint64) {
 	c.n.replicas.notePurge(db, shard, index)
 }
 
+func (c reshardCluster) ObserveLastPass(t resharding.LastPassTimings) {
+	if rec := c.n.recordOf(t.DB); rec != nil {
+		c.n.passTotals.record(t.DB, rec.CreatedIndex, t.Total)
+		c.n.passFences.record(t.DB, rec.CreatedIndex, t.FencePeers)
+	}
+	h := c.n.metrics.lastPassSeconds
+	h.WithLabelValues(t.DB, "fence_writes").Observe(t.FenceWrites.Seconds())
+	h.WithLabelValues(t.DB, "fence_peers").Observe(t.FencePeers.Seconds())
+	h.WithLabelValues(t.DB, "send").Observe(t.Send.Seconds())
+	h.WithLabelValues(t.DB, "total").Observe(t.Total.Seconds())
+}
+
 func (c reshardCluster) FenceWrites(ctx context.Context, db string, shard int) error {
 	if err := c.n.replicas.fence(db, shard).wait(ctx); err != nil {
 		return fmt.Errorf("wait for the writes to shard %d of %q that passed the write guard: %w", shard, db, err)

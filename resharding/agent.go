@@ -401,6 +401,8 @@ func (a *Agent) send(ctx context.Context, m raftfsm.BucketMigration) error {
 		}
 		final := status != raftfsm.MigrationMoving && status != raftfsm.MigrationMoved
 		s.throttle = status == raftfsm.MigrationMoving
+		var took LastPassTimings // the last pass's steps
+		var passStart, fencedAt time.Time
 		if final {
 			a.c.Failpoint(ctx, "resharding/before-final-pass")
 			// Writes that passed the write guard before this node applied
@@ -408,13 +410,19 @@ func (a *Agent) send(ctx context.Context, m raftfsm.BucketMigration) error {
 			// them in this last pass; and for those the shard's other
 			// replicas took before they knew of it, which reach this one
 			// by replication. Both at once.
+			passStart = time.Now()
 			var peers error
 			var fenced sync.WaitGroup
 			if cur != nil && status == raftfsm.MigrationOwnershipTransferred {
-				fenced.Go(func() { peers = a.c.FenceSourceReplicas(ctx, a.db, a.shard, m.Bucket, m.DestinationShard, cur.Etag) })
+				fenced.Go(func() {
+					peers = a.c.FenceSourceReplicas(ctx, a.db, a.shard, m.Bucket, m.DestinationShard, cur.Etag)
+					took.FencePeers = time.Since(passStart)
+				})
 			}
 			err := a.c.FenceWrites(ctx, a.db, a.shard)
+			took.FenceWrites = time.Since(passStart)
 			fenced.Wait()
+			fencedAt = time.Now()
 			if err != nil {
 				return err
 			}
@@ -444,6 +452,9 @@ func (a *Agent) send(ctx context.Context, m raftfsm.BucketMigration) error {
 			if err := s.drain(); err != nil || status != raftfsm.MigrationOwnershipTransferred {
 				return err
 			}
+			took.DB, took.Bucket = a.db, m.Bucket
+			took.Send, took.Total = time.Since(fencedAt), time.Since(passStart)
+			a.c.ObserveLastPass(took)
 			s.mu.Lock()
 			docs, bytes := s.docs-docsBefore, s.bytes-bytesBefore
 			s.mu.Unlock()

@@ -37,6 +37,7 @@ type fakeCluster struct {
 	// onSourceFence, if set, runs at each FenceSourceReplicas: what the
 	// other source replicas' writes bring by replication meanwhile.
 	onSourceFence func()
+	timings       []LastPassTimings // each ObserveLastPass
 }
 
 func (c *fakeCluster) NodeTag() string { return "B" }
@@ -60,6 +61,11 @@ func (c *fakeCluster) FenceSourceReplicas(context.Context, string, int, uint32, 
 		c.onSourceFence()
 	}
 	return nil
+}
+func (c *fakeCluster) ObserveLastPass(t LastPassTimings) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.timings = append(c.timings, t)
 }
 func (c *fakeCluster) Failpoint(context.Context, string) {}
 func (c *fakeCluster) WaitReady(context.Context) error   { return nil }
@@ -348,6 +354,37 @@ func TestLastPassHoldsWhatTheOtherSourceReplicasTook(t *testing.T) {
 	}
 	if !v.Covers(cv.Version) {
 		t.Fatalf("the last pass covers %s, not the peer's write %s", v, cv.Version)
+	}
+}
+
+// TestLastPassReportsItsSteps: a sender reports its last pass's steps
+// once the pass is stored, each as long as it took: here the other source
+// replicas' fence, which a flip's pass waits for.
+func TestLastPassReportsItsSteps(t *testing.T) {
+	st, put := ordersStore(t)
+	put("orders/1$tenants/7")
+	m, rec := afterFlip()
+	const peerWait = 30 * time.Millisecond
+	c := &fakeCluster{rec: rec, sendDelay: 5 * time.Millisecond}
+	c.onSourceFence = func() {
+		time.Sleep(peerWait) // stands for the peers' answer on its way
+		put("orders/9$tenants/7")
+	}
+	runSend(t, c, st, m)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.timings) != 1 {
+		t.Fatalf("%d last passes reported, want 1", len(c.timings))
+	}
+	got := c.timings[0]
+	if got.DB != "db" || got.Bucket != m.Bucket {
+		t.Fatalf("reported %s bucket %d, want db bucket %d", got.DB, got.Bucket, m.Bucket)
+	}
+	if got.FencePeers < peerWait || got.FenceWrites > got.FencePeers {
+		t.Fatalf("fences took writes %v, peers %v: want the peers' at least %v, and the longer", got.FenceWrites, got.FencePeers, peerWait)
+	}
+	if got.Send < c.sendDelay || got.Total < got.FencePeers+got.Send {
+		t.Fatalf("send %v (a batch takes %v), total %v: want the pass's batch in send, and total at least fences and send", got.Send, c.sendDelay, got.Total)
 	}
 }
 

@@ -71,6 +71,10 @@ type Cluster interface {
 	// writes there, and a last pass without them left them behind while
 	// the destination took the bucket's writes.
 	FenceSourceReplicas(ctx context.Context, db string, shard int, bucket uint32, to int, recordEtag uint64) error
+	// ObserveLastPass reports how long the steps of a last pass after a
+	// flip took on its sender, once the pass is stored at the
+	// destination: the new owner holds the bucket's writes meanwhile.
+	ObserveLastPass(t LastPassTimings)
 	// Failpoint pauses at a named step when a fault test configured it
 	// (debug.failpoints); otherwise it returns at once.
 	Failpoint(ctx context.Context, name string)
@@ -117,6 +121,28 @@ type LastPass struct {
 	// ChangeVector is the merged version of everything the sender sent
 	// (the pass's record carries the same).
 	ChangeVector string
+}
+
+// LastPassTimings is how long the steps of one last pass after the
+// ownership flip took on its sender, from the moment it saw the flip: the
+// bucket's writes wait at the new owner for the pass, so these are what a
+// flip costs them beyond the rerouting. FenceWrites and FencePeers run at
+// once; Send follows both.
+type LastPassTimings struct {
+	DB     string
+	Bucket uint32
+	// FenceWrites is the wait for the client writes this replica took
+	// before it applied the flip to commit.
+	FenceWrites time.Duration
+	// FencePeers is the wait for the source shard's other replicas to
+	// answer the fence and for the writes they took themselves to arrive
+	// here (0 for a shard of one member).
+	FencePeers time.Duration
+	// Send is the pass itself, from both fences to the pass stored on the
+	// destination's replicas.
+	Send time.Duration
+	// Total runs from seeing the flip to the pass stored.
+	Total time.Duration
 }
 
 // ApplyBatch stores a migration batch on the destination replica s: each
