@@ -80,8 +80,8 @@ func holdStats(holds *reroutes, node, db string, created uint64) HoldStats {
 // LastPassStats are one node's figures for the last passes its senders
 // made after an ownership flip, in GET /databases/{db}/stats: the new
 // owner holds the bucket's writes until the pass is stored (HoldStats),
-// and the fence of the source shard's other replicas is its largest step
-// on a cluster without a write backlog.
+// so these say what the holds waited for, and how much of it was the
+// fence of the source shard's other replicas.
 type LastPassStats struct {
 	// Node is the node whose senders made the passes.
 	Node string `json:"Node"`
