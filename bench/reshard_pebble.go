@@ -31,7 +31,7 @@ func rawPebbleCopy(dir string, n int, item func(i int, buf []byte) (key, value [
 		return roundResult{}, err
 	}
 	defer os.RemoveAll(dir)
-	cache := pebble.NewCache(256 << 20)
+	cache := pebble.NewCache(baselineCacheBytes())
 	defer cache.Unref()
 	src, err := pebble.Open(filepath.Join(dir, "src"), pebbleOptions(cache))
 	if err != nil {

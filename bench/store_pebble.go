@@ -12,6 +12,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/shardnode/shardnode/bucket"
+	"github.com/shardnode/shardnode/config"
 	"github.com/shardnode/shardnode/storage"
 )
 
@@ -37,8 +38,13 @@ type pebbleSystem struct {
 	cache  *pebble.Cache
 }
 
+// baselineCacheBytes is the raw Pebble baselines' block cache: the
+// node's default (storage.block-cache-bytes), so that both read through
+// caches of one size.
+func baselineCacheBytes() int64 { return config.Default().Storage.BlockCacheBytes }
+
 func newPebbleSystem(dir string, shards int) *pebbleSystem {
-	return &pebbleSystem{dir: dir, shards: shards, cache: pebble.NewCache(256 << 20)}
+	return &pebbleSystem{dir: dir, shards: shards, cache: pebble.NewCache(baselineCacheBytes())}
 }
 
 func (s *pebbleSystem) name() string { return "pebble" }

@@ -53,6 +53,11 @@ type StorageConfig struct {
 	// between 2 MiB and 32 MiB. Each replica's write-ahead log reserves
 	// about 1.1 times its buffer on disk, so the budget also bounds that.
 	MemtableBudgetBytes int64 `yaml:"memtable-budget-bytes" json:"memtable-budget-bytes"`
+	// BlockCacheBytes is Pebble's block cache, shared by every replica of
+	// the node (storage.block-cache-bytes): the blocks of keys and values
+	// its reads found, uncompressed. A working set larger than it is read
+	// from the files (the OS page cache) and decompressed again.
+	BlockCacheBytes int64 `yaml:"block-cache-bytes" json:"block-cache-bytes"`
 }
 
 // ReshardingConfig is the "resharding" section.
@@ -197,7 +202,7 @@ func Default() Config {
 			Format: "text",
 		},
 		Resharding: ReshardingConfig{MigratorIntervalMs: 10000},
-		Storage:    StorageConfig{DocCacheBytes: 128 * MiB, MemtableBudgetBytes: 256 * MiB},
+		Storage:    StorageConfig{DocCacheBytes: 128 * MiB, MemtableBudgetBytes: 256 * MiB, BlockCacheBytes: 256 * MiB},
 	}
 }
 
@@ -249,6 +254,7 @@ func (c *Config) fields() []field {
 		{"debug.dial-rewrites", "", &c.Debug.DialRewrites, "from=to,... host:port pairs: peers' raft and HTTP addresses this node dials elsewhere (fault tests cut links this way)"},
 		{"storage.doc-cache-bytes", "", &c.Storage.DocCacheBytes, "memory for documents point reads found, shared by the node's replicas; 0 disables it"},
 		{"storage.memtable-budget-bytes", "", &c.Storage.MemtableBudgetBytes, "write buffers of the node's replicas, divided among them (2 to 32 MiB each)"},
+		{"storage.block-cache-bytes", "", &c.Storage.BlockCacheBytes, "Pebble's block cache, shared by the node's replicas (at least 8MiB)"},
 	}
 }
 

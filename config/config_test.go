@@ -107,7 +107,7 @@ func TestDefaults(t *testing.T) {
 		Cluster:    ClusterConfig{Name: "shardnode"},
 		Log:        LogConfig{Level: "info", Format: "text"},
 		Resharding: ReshardingConfig{MigratorIntervalMs: 10000},
-		Storage:    StorageConfig{DocCacheBytes: 128 << 20, MemtableBudgetBytes: 256 << 20},
+		Storage:    StorageConfig{DocCacheBytes: 128 << 20, MemtableBudgetBytes: 256 << 20, BlockCacheBytes: 256 << 20},
 	}
 	if !reflect.DeepEqual(d, want) {
 		t.Fatalf("Default() = %+v, want %+v", d, want)
@@ -183,7 +183,7 @@ func TestFileOnly(t *testing.T) {
 		Cluster:    ClusterConfig{Name: "prod-1"},
 		Log:        LogConfig{Level: "debug", Format: "json"},
 		Resharding: ReshardingConfig{MigratorIntervalMs: 10000},
-		Storage:    StorageConfig{DocCacheBytes: 128 << 20, MemtableBudgetBytes: 256 << 20},
+		Storage:    StorageConfig{DocCacheBytes: 128 << 20, MemtableBudgetBytes: 256 << 20, BlockCacheBytes: 256 << 20},
 	}
 	if !reflect.DeepEqual(*c, want) {
 		t.Fatalf("got  %+v\nwant %+v", *c, want)
@@ -308,13 +308,14 @@ func TestEnvOnlyKey(t *testing.T) {
 	t.Setenv("SHARDNODE_RAFT_JOIN", "https://a.example:8443")
 	t.Setenv("SHARDNODE_NODE_DATA_DIR", "/only/env")
 	t.Setenv("SHARDNODE_HTTP_MAX_DOCUMENT_BYTES", "1024")
+	t.Setenv("SHARDNODE_STORAGE_BLOCK_CACHE_BYTES", "1GiB")
 	for _, file := range []string{p, ""} {
 		c, err := LoadFrom(file, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if c.NATS.ClusterListen != "127.0.0.1:6222" || c.Raft.Join != "https://a.example:8443" ||
-			c.Node.DataDir != "/only/env" || c.HTTP.MaxDocumentBytes != 1024 {
+			c.Node.DataDir != "/only/env" || c.HTTP.MaxDocumentBytes != 1024 || c.Storage.BlockCacheBytes != 1<<30 {
 			t.Fatalf("file %q: env-only keys not picked up: %+v", file, *c)
 		}
 	}
@@ -358,6 +359,7 @@ func TestValidationErrorsNameKey(t *testing.T) {
 		{"node.data-dir", func(c *Config) { c.Node.DataDir = "" }, "empty"},
 		{"node.max-procs", func(c *Config) { c.Node.MaxProcs = -1 }, "0 (automatic) to 1024"},
 		{"node.max-procs", func(c *Config) { c.Node.MaxProcs = 5000 }, "0 (automatic) to 1024"},
+		{"storage.block-cache-bytes", func(c *Config) { c.Storage.BlockCacheBytes = 1 << 20 }, "at least 8MiB"},
 		{"http.addr", func(c *Config) { c.HTTP.Addr = "foo" }, `"foo": missing port`},
 		{"http.addr", func(c *Config) { c.HTTP.Addr = "host:http" }, "port"},
 		{"http.addr", func(c *Config) { c.HTTP.Addr = "host:65536" }, "port"},
@@ -611,7 +613,7 @@ func TestEnvNameAndKeys(t *testing.T) {
 		t.Fatalf("EnvName = %q", got)
 	}
 	keys := Keys()
-	if len(keys) != 24 || keys[0] != "node.tag" || keys[2] != "node.max-procs" || keys[13] != "nats.cluster-advertise" || keys[18] != "resharding.max-send-bytes-per-sec" || keys[19] != "debug.failpoints" || keys[20] != "debug.pprof" || keys[21] != "debug.dial-rewrites" || keys[22] != "storage.doc-cache-bytes" || keys[23] != "storage.memtable-budget-bytes" {
+	if len(keys) != 25 || keys[0] != "node.tag" || keys[2] != "node.max-procs" || keys[13] != "nats.cluster-advertise" || keys[18] != "resharding.max-send-bytes-per-sec" || keys[19] != "debug.failpoints" || keys[20] != "debug.pprof" || keys[21] != "debug.dial-rewrites" || keys[22] != "storage.doc-cache-bytes" || keys[23] != "storage.memtable-budget-bytes" || keys[24] != "storage.block-cache-bytes" {
 		t.Fatalf("Keys = %q", keys)
 	}
 }

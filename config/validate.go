@@ -76,6 +76,9 @@ func (c *Config) Validate() error {
 	if c.Storage.MemtableBudgetBytes < 2<<20 {
 		bad("storage.memtable-budget-bytes", c.Storage.MemtableBudgetBytes, "must be at least 2MiB")
 	}
+	if c.Storage.BlockCacheBytes < 8<<20 {
+		bad("storage.block-cache-bytes", c.Storage.BlockCacheBytes, "must be at least 8MiB")
+	}
 	if c.Storage.DocCacheBytes < 0 {
 		bad("storage.doc-cache-bytes", c.Storage.DocCacheBytes, "must be 0 (no cache) or positive")
 	}

@@ -171,7 +171,7 @@ func Start(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Nod
 	if cfg.Resharding.MaxSendBytesPerSec > 0 {
 		logger.Info("buckets moved out are sent at a limited rate", "resharding.max-send-bytes-per-sec", cfg.Resharding.MaxSendBytesPerSec)
 	}
-	n.cache = pebble.NewCache(256 << 20)
+	n.cache = pebble.NewCache(cfg.Storage.BlockCacheBytes)
 	n.compact = storage.NewCompactions()
 	n.replicas = newReplicaSet(cfg.DatabasesDir(), cfg.Node.Tag, n.cache, storage.NewDocCache(cfg.Storage.DocCacheBytes), cfg.Storage.MemtableBudgetBytes, busTransport{n}, logger)
 	n.replicas.compactions = n.compact
