@@ -167,12 +167,17 @@ type ReshardFigures struct {
 	// for (the LastPasses figures of the same statistics): the last passes
 	// after the flips, from the flip seen to the pass stored, and
 	// PeerFence* the part of each spent fencing the source shard's other
-	// replicas. P50/P99 as for Rerouted.
+	// replicas, OwnFence* the wait, at once, for the sender's own writes in
+	// flight, and PassSend* the pass after both. P50/P99 as for Rerouted.
 	LastPasses     uint64  `json:",omitempty"`
 	LastPassP50Ms  float64 `json:",omitempty"`
 	LastPassP99Ms  float64 `json:",omitempty"`
 	PeerFenceP50Ms float64 `json:",omitempty"`
 	PeerFenceP99Ms float64 `json:",omitempty"`
+	OwnFenceP50Ms  float64 `json:",omitempty"`
+	OwnFenceP99Ms  float64 `json:",omitempty"`
+	PassSendP50Ms  float64 `json:",omitempty"`
+	PassSendP99Ms  float64 `json:",omitempty"`
 	// MovingWrites counts the writes into moving buckets during the move;
 	// MovingWritesP99Ms is their p99.
 	MovingWrites      int64   `json:",omitempty"`
@@ -419,6 +424,8 @@ func (e *reshardEnv) reroutes(ctx context.Context, f *ReshardFigures) error {
 				Passes                             uint64
 				TotalP50Ms, TotalP99Ms, TotalMaxMs float64
 				FencePeersP50Ms, FencePeersP99Ms   float64
+				FenceWritesP50Ms, FenceWritesP99Ms float64
+				SendP50Ms, SendP99Ms               float64
 			}
 		}
 		if err := getJSON(ctx, e.hc, u+"/databases/"+e.db+"/stats", &st); err != nil {
@@ -440,6 +447,10 @@ func (e *reshardEnv) reroutes(ctx context.Context, f *ReshardFigures) error {
 		f.LastPassP99Ms = max(f.LastPassP99Ms, p.TotalP99Ms)
 		f.PeerFenceP50Ms = max(f.PeerFenceP50Ms, p.FencePeersP50Ms)
 		f.PeerFenceP99Ms = max(f.PeerFenceP99Ms, p.FencePeersP99Ms)
+		f.OwnFenceP50Ms = max(f.OwnFenceP50Ms, p.FenceWritesP50Ms)
+		f.OwnFenceP99Ms = max(f.OwnFenceP99Ms, p.FenceWritesP99Ms)
+		f.PassSendP50Ms = max(f.PassSendP50Ms, p.SendP50Ms)
+		f.PassSendP99Ms = max(f.PassSendP99Ms, p.SendP99Ms)
 	}
 	return nil
 }
@@ -1126,17 +1137,17 @@ func (r *run) reshardForeground(ctx context.Context, open bool) []Row {
 
 	rows := []Row{busy.row(w, sysShardnode), idle.row(w, sysNoMove)}
 	rows[0].Reshard = fig
-	rows[0].Note = fmt.Sprintf("%d clients' durable PUTs of ~1 KiB, %s (%d into the bucket migrating now, %d outside the moving range) during a move of %d non-empty buckets (+%d empty) shard 0→2, %.1f s (per bucket p50 %.1f ms; process CPU %.2f cores); flip pause, per flip the longest write into the flipping bucket in flight while the nodes applied the flip (first to last node's event ±%d ms, span p50 %.1f / p99 %.1f ms): p50 %.1f / p99 %.1f / max %.1f ms, against %.1f / %.1f ms for %d writers outside the moving range in the same spans, so the flip adds p50 %.1f / p99 %.1f / max %.1f ms (%d flips; the same difference between two such groups of writers, the noise floor: p50 %.1f / p99 %.1f ms; the same difference for the same bucket halfway between Moving and the flip, the move without the flip: p50 %.1f / p99 %.1f ms); old definition (longest write into the flipping bucket within ±%d ms of OwnershipTransferred) p50 %.1f / p99 %.1f / max %.1f ms over %d of %d flips; measured by the nodes (the delay a refusal after a flip added to each write until its attempt at the new owner began) p50 %.1f / p99 %.1f / max %.1f ms over %d rerouted writes, and the wait of the writes the new owner held for the source's last pass p50 %.1f / p99 %.1f / max %.1f ms over %d held writes, the senders' last passes (flip seen to pass stored) p50 %.1f / p99 %.1f ms over %d passes, of which fencing the source's other replicas p50 %.1f / p99 %.1f ms; writes into moving buckets p99 %.1f ms; %d-node in-process cluster, RF %d",
+	rows[0].Note = fmt.Sprintf("%d clients' durable PUTs of ~1 KiB, %s (%d into the bucket migrating now, %d outside the moving range) during a move of %d non-empty buckets (+%d empty) shard 0→2, %.1f s (per bucket p50 %.1f ms; process CPU %.2f cores); flip pause, per flip the longest write into the flipping bucket in flight while the nodes applied the flip (first to last node's event ±%d ms, span p50 %.1f / p99 %.1f ms): p50 %.1f / p99 %.1f / max %.1f ms, against %.1f / %.1f ms for %d writers outside the moving range in the same spans, so the flip adds p50 %.1f / p99 %.1f / max %.1f ms (%d flips; the same difference between two such groups of writers, the noise floor: p50 %.1f / p99 %.1f ms; the same difference for the same bucket halfway between Moving and the flip, the move without the flip: p50 %.1f / p99 %.1f ms); old definition (longest write into the flipping bucket within ±%d ms of OwnershipTransferred) p50 %.1f / p99 %.1f / max %.1f ms over %d of %d flips; measured by the nodes (the delay a refusal after a flip added to each write until its attempt at the new owner began) p50 %.1f / p99 %.1f / max %.1f ms over %d rerouted writes, and the wait of the writes the new owner held for the source's last pass p50 %.1f / p99 %.1f / max %.1f ms over %d held writes, the senders' last passes (flip seen to pass stored) p50 %.1f / p99 %.1f ms over %d passes, of which fencing the source's other replicas p50 %.1f / p99 %.1f ms, at once its own writes in flight p50 %.1f / p99 %.1f ms, then the pass p50 %.1f / p99 %.1f ms; writes into moving buckets p99 %.1f ms; %d-node in-process cluster, RF %d",
 		clients, loadNote, movers, clients-movers, n, fig.EmptyBuckets, fig.TotalSeconds, fig.BucketP50Ms, fig.CPUCores,
 		flipSlack.Milliseconds(), fig.FlipSpanP50Ms, fig.FlipSpanP99Ms, fig.AtFlipP50Ms, fig.AtFlipP99Ms, fig.AtFlipMaxMs, fig.ControlP50Ms, fig.ControlP99Ms, movers,
 		fig.FlipExcessP50Ms, fig.FlipExcessP99Ms, fig.FlipExcessMaxMs, fig.FlipsMeasured, fig.NoiseP50Ms, fig.NoiseP99Ms, fig.MidMoveExcessP50Ms, fig.MidMoveExcessP99Ms, flipWindow.Milliseconds(),
-		fig.FlipPauseP50Ms, fig.FlipPauseP99Ms, fig.FlipPauseMaxMs, fig.FlipsWithWrites, fig.Flips, fig.ReroutedP50Ms, fig.ReroutedP99Ms, fig.ReroutedMaxMs, fig.Rerouted, fig.HeldP50Ms, fig.HeldP99Ms, fig.HeldMaxMs, fig.Held, fig.LastPassP50Ms, fig.LastPassP99Ms, fig.LastPasses, fig.PeerFenceP50Ms, fig.PeerFenceP99Ms, fig.MovingWritesP99Ms, reshardNodes, reshardRF)
+		fig.FlipPauseP50Ms, fig.FlipPauseP99Ms, fig.FlipPauseMaxMs, fig.FlipsWithWrites, fig.Flips, fig.ReroutedP50Ms, fig.ReroutedP99Ms, fig.ReroutedMaxMs, fig.Rerouted, fig.HeldP50Ms, fig.HeldP99Ms, fig.HeldMaxMs, fig.Held, fig.LastPassP50Ms, fig.LastPassP99Ms, fig.LastPasses, fig.PeerFenceP50Ms, fig.PeerFenceP99Ms, fig.OwnFenceP50Ms, fig.OwnFenceP99Ms, fig.PassSendP50Ms, fig.PassSendP99Ms, fig.MovingWritesP99Ms, reshardNodes, reshardRF)
 	rows[1].Note = fmt.Sprintf("the same load on the same cluster for %.0f s before the move (movers write into random buckets of the range); sn/base = with move / without", dur.Seconds())
 	if open {
 		rows[1].Note += "; " + loadNote
 	}
-	r.logf("%-12s %-10s %d writes in %.1fs during the move; flip pause p99 %.1f ms, control %.1f ms, added p50 %.1f / p99 %.1f ms (%d flips; noise floor p50 %.1f / p99 %.1f ms; mid-move p50 %.1f / p99 %.1f ms); old definition p99 %.1f ms; measured by the nodes p50 %.1f / p99 %.1f / max %.1f ms over %d rerouted writes, held p50 %.1f / p99 %.1f / max %.1f ms over %d held writes; last passes p50 %.1f / p99 %.1f ms (%d), peer fence p50 %.1f / p99 %.1f ms", w, sysShardnode, len(busy.writes), busy.elapsed.Seconds(),
-		fig.AtFlipP99Ms, fig.ControlP99Ms, fig.FlipExcessP50Ms, fig.FlipExcessP99Ms, fig.FlipsMeasured, fig.NoiseP50Ms, fig.NoiseP99Ms, fig.MidMoveExcessP50Ms, fig.MidMoveExcessP99Ms, fig.FlipPauseP99Ms, fig.ReroutedP50Ms, fig.ReroutedP99Ms, fig.ReroutedMaxMs, fig.Rerouted, fig.HeldP50Ms, fig.HeldP99Ms, fig.HeldMaxMs, fig.Held, fig.LastPassP50Ms, fig.LastPassP99Ms, fig.LastPasses, fig.PeerFenceP50Ms, fig.PeerFenceP99Ms)
+	r.logf("%-12s %-10s %d writes in %.1fs during the move; flip pause p99 %.1f ms, control %.1f ms, added p50 %.1f / p99 %.1f ms (%d flips; noise floor p50 %.1f / p99 %.1f ms; mid-move p50 %.1f / p99 %.1f ms); old definition p99 %.1f ms; measured by the nodes p50 %.1f / p99 %.1f / max %.1f ms over %d rerouted writes, held p50 %.1f / p99 %.1f / max %.1f ms over %d held writes; last passes p50 %.1f / p99 %.1f ms (%d), peer fence p50 %.1f / p99 %.1f ms, own %.1f / %.1f, pass %.1f / %.1f", w, sysShardnode, len(busy.writes), busy.elapsed.Seconds(),
+		fig.AtFlipP99Ms, fig.ControlP99Ms, fig.FlipExcessP50Ms, fig.FlipExcessP99Ms, fig.FlipsMeasured, fig.NoiseP50Ms, fig.NoiseP99Ms, fig.MidMoveExcessP50Ms, fig.MidMoveExcessP99Ms, fig.FlipPauseP99Ms, fig.ReroutedP50Ms, fig.ReroutedP99Ms, fig.ReroutedMaxMs, fig.Rerouted, fig.HeldP50Ms, fig.HeldP99Ms, fig.HeldMaxMs, fig.Held, fig.LastPassP50Ms, fig.LastPassP99Ms, fig.LastPasses, fig.PeerFenceP50Ms, fig.PeerFenceP99Ms, fig.OwnFenceP50Ms, fig.OwnFenceP99Ms, fig.PassSendP50Ms, fig.PassSendP99Ms)
 	return rows
 }
 

@@ -117,7 +117,7 @@ func (n *Node) handleStats(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"DocumentsCount": total, "TombstonesCount": tombs, "Shards": out,
 		"Reroutes":     n.reroutes.stats(n.cfg.Node.Tag, t.rec.DatabaseName, t.rec.CreatedIndex),
 		"ArrivalHolds": holdStats(n.holds, n.cfg.Node.Tag, t.rec.DatabaseName, t.rec.CreatedIndex),
-		"LastPasses":   lastPassStats(n.passTotals, n.passFences, n.cfg.Node.Tag, t.rec.DatabaseName, t.rec.CreatedIndex)})
+		"LastPasses":   n.lastPassStats(t.rec.DatabaseName, t.rec.CreatedIndex)})
 }
 
 // bucketParam parses a bucket number from the query or path.

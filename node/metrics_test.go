@@ -160,6 +160,16 @@ func TestMetricsFollowWritesAndAMove(t *testing.T) {
 	if lp["Passes"] != 2.0 || lp["Node"] != "A" || lp["TotalMaxMs"].(float64) <= 0 {
 		t.Errorf("stats' LastPasses: %v, want 2 passes by A that took some time", lp)
 	}
+	// The pass stores a batch (a synced write), or, with nothing new,
+	// announces it: it takes some time, and never more than the whole.
+	if s, _ := lp["SendP99Ms"].(float64); s <= 0 || s > lp["TotalP99Ms"].(float64) {
+		t.Errorf("stats' LastPasses: send p99 %v ms, want more than 0 and at most the total's %v", lp["SendP99Ms"], lp["TotalP99Ms"])
+	}
+	for _, k := range []string{"FenceWritesP50Ms", "FenceWritesP99Ms", "SendP50Ms"} {
+		if _, ok := lp[k].(float64); !ok {
+			t.Errorf("stats' LastPasses lack %s: %v", k, lp)
+		}
+	}
 	for _, st := range []string{"Moving", "Moved", "OwnershipTransferred"} {
 		if v, ok := metricValue(fams, "shardnode_migrations", "db", "db", "status", st); !ok || v != 0 {
 			t.Errorf("migrations %s: %v (reported %v), want 0", st, v, ok)

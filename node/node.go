@@ -65,10 +65,12 @@ type Node struct {
 	// holds records, per database, the routed writes this node's
 	// replicas held for a bucket arriving here (see waitFlipSettled).
 	holds *reroutes
-	// passTotals and passFences record, per database, the last passes
-	// this node's senders made after a flip: each whole, and its wait
-	// for the source shard's other replicas (see ObserveLastPass).
-	passTotals, passFences *reroutes
+	// passTotals, passFences, passOwnFences and passSends record, per
+	// database, the last passes this node's senders made after a flip:
+	// each whole, its wait for the source shard's other replicas and for
+	// its own writes in flight, and the pass after both (see
+	// ObserveLastPass).
+	passTotals, passFences, passOwnFences, passSends *reroutes
 	// lastPasses holds what senders said their last pass into this
 	// node's replicas covered, ahead of the record (see lastPasses).
 	lastPasses *lastPasses
@@ -139,7 +141,7 @@ func Start(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Nod
 		logger = slog.New(slog.DiscardHandler)
 	}
 	logger = logger.With("node", cfg.Node.Tag)
-	n := &Node{cfg: cfg, logger: logger, fsm: raftfsm.New(), started: time.Now(), incarnation: strconv.FormatUint(rand.Uint64(), 36), health: newHealth(cfg.Node.Tag), reroutes: newReroutes(), holds: newReroutes(), passTotals: newReroutes(), passFences: newReroutes(), lastPasses: newLastPasses(), rpcHandlers: map[string]rpcHandler{}, regKick: make(chan struct{}, 1), refused: make(chan struct{}), fresh: newFreshness(), readyCh: make(chan struct{}), drained: make(chan struct{})}
+	n := &Node{cfg: cfg, logger: logger, fsm: raftfsm.New(), started: time.Now(), incarnation: strconv.FormatUint(rand.Uint64(), 36), health: newHealth(cfg.Node.Tag), reroutes: newReroutes(), holds: newReroutes(), passTotals: newReroutes(), passFences: newReroutes(), passOwnFences: newReroutes(), passSends: newReroutes(), lastPasses: newLastPasses(), rpcHandlers: map[string]rpcHandler{}, regKick: make(chan struct{}, 1), refused: make(chan struct{}), fresh: newFreshness(), readyCh: make(chan struct{}), drained: make(chan struct{})}
 	runCtx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
 	n.runCtx = runCtx

@@ -195,15 +195,6 @@ func (l *localReplica) get(ctx context.Context, ids []string, recordEtag uint64)
 	return out, nil
 }
 
-// currentRecordEtag is the etag of this node's record of l's database
-// (0 if it has none).
-func (l *localReplica) currentRecordEtag() uint64 {
-	if rec := l.n.recordOf(l.db); rec != nil {
-		return rec.Etag
-	}
-	return 0
-}
-
 func (l *localReplica) write(ctx context.Context, ops []storage.Op, wc writeConcern, routed uint64) ([]storage.Result, error) {
 	if err := l.servesClients(); err != nil {
 		return nil, l.handOff(ctx, err)
@@ -284,7 +275,7 @@ func (l *localReplica) write(ctx context.Context, ops []storage.Op, wc writeConc
 		// And as the fence of a bucket's sender asked (see
 		// FenceSourceReplicas): it answers once the writes that passed
 		// have committed.
-		if err := l.n.sourceFences.refuse(l.db, l.shard, ops, l.currentRecordEtag); err != nil {
+		if err := l.n.sourceFences.refuse(l.db, l.shard, ops, func() *raftfsm.DatabaseRecord { return l.n.recordOf(l.db) }); err != nil {
 			fence.exit(g)
 			return nil, err
 		}

@@ -90,22 +90,32 @@ type LastPassStats struct {
 	// TotalP50Ms, TotalP99Ms and TotalMaxMs time each pass from its
 	// sender seeing the flip to the pass stored at the destination;
 	// FencePeersP50Ms and FencePeersP99Ms its wait for the source shard's
-	// other replicas (at once with the wait for its own writes in
-	// flight). Percentiles over the latest Window, Max since the start.
-	TotalP50Ms      float64 `json:"TotalP50Ms"`
-	TotalP99Ms      float64 `json:"TotalP99Ms"`
-	TotalMaxMs      float64 `json:"TotalMaxMs"`
-	FencePeersP50Ms float64 `json:"FencePeersP50Ms"`
-	FencePeersP99Ms float64 `json:"FencePeersP99Ms"`
-	Window          int     `json:"Window"`
+	// other replicas, FenceWritesP50Ms and FenceWritesP99Ms the wait, at
+	// once, for the client writes its own replica had in flight, and
+	// SendP50Ms and SendP99Ms the pass after both, to its batch stored.
+	// Percentiles over the latest Window, Max since the start.
+	TotalP50Ms       float64 `json:"TotalP50Ms"`
+	TotalP99Ms       float64 `json:"TotalP99Ms"`
+	TotalMaxMs       float64 `json:"TotalMaxMs"`
+	FencePeersP50Ms  float64 `json:"FencePeersP50Ms"`
+	FencePeersP99Ms  float64 `json:"FencePeersP99Ms"`
+	FenceWritesP50Ms float64 `json:"FenceWritesP50Ms"`
+	FenceWritesP99Ms float64 `json:"FenceWritesP99Ms"`
+	SendP50Ms        float64 `json:"SendP50Ms"`
+	SendP99Ms        float64 `json:"SendP99Ms"`
+	Window           int     `json:"Window"`
 }
 
-// lastPassStats summarises the passes of database db, created at raft
-// index created, from totals and fences (see Node.passTotals).
-func lastPassStats(totals, fences *reroutes, node, db string, created uint64) LastPassStats {
-	t, f := totals.stats(node, db, created), fences.stats(node, db, created)
+// lastPassStats summarises the last passes of database db, created at
+// raft index created, that this node's senders made (see
+// Node.passTotals).
+func (n *Node) lastPassStats(db string, created uint64) LastPassStats {
+	node := n.cfg.Node.Tag
+	t, f := n.passTotals.stats(node, db, created), n.passFences.stats(node, db, created)
+	o, s := n.passOwnFences.stats(node, db, created), n.passSends.stats(node, db, created)
 	return LastPassStats{Node: node, Passes: t.WritesRerouted, TotalP50Ms: t.DelayP50Ms, TotalP99Ms: t.DelayP99Ms, TotalMaxMs: t.DelayMaxMs,
-		FencePeersP50Ms: f.DelayP50Ms, FencePeersP99Ms: f.DelayP99Ms, Window: t.Window}
+		FencePeersP50Ms: f.DelayP50Ms, FencePeersP99Ms: f.DelayP99Ms, FenceWritesP50Ms: o.DelayP50Ms, FenceWritesP99Ms: o.DelayP99Ms,
+		SendP50Ms: s.DelayP50Ms, SendP99Ms: s.DelayP99Ms, Window: t.Window}
 }
 
 // record notes one rerouted write of database db, created at raft index

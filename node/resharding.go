@@ -255,6 +255,8 @@ func (c reshardCluster) ObserveLastPass(t resharding.LastPassTimings) {
 	if rec := c.n.recordOf(t.DB); rec != nil {
 		c.n.passTotals.record(t.DB, rec.CreatedIndex, t.Total)
 		c.n.passFences.record(t.DB, rec.CreatedIndex, t.FencePeers)
+		c.n.passOwnFences.record(t.DB, rec.CreatedIndex, t.FenceWrites)
+		c.n.passSends.record(t.DB, rec.CreatedIndex, t.Send)
 	}
 	h := c.n.metrics.lastPassSeconds
 	h.WithLabelValues(t.DB, "fence_writes").Observe(t.FenceWrites.Seconds())

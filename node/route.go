@@ -295,10 +295,13 @@ const (
 
 // servesSoon reports a refusal by a member that serves the shard again
 // shortly: it catches up with its peers, handed the writes over to a
-// member that does, or waits for the last pass of a bucket moving to it.
+// member that does, waits for the last pass of a bucket moving to it, or
+// leaves a bucket's writes to its sender until the flip (which then
+// names the new owner).
 func servesSoon(err error) bool {
 	var ae *apiError
-	return errors.As(err, &ae) && ae.Status == http.StatusServiceUnavailable && (ae.Type == "ShardCatchingUp" || ae.Type == "ShardHandingOver" || ae.Type == "BucketArriving")
+	return errors.As(err, &ae) && ae.Status == http.StatusServiceUnavailable &&
+		(ae.Type == "ShardCatchingUp" || ae.Type == "ShardHandingOver" || ae.Type == "BucketArriving" || ae.Type == "BucketLeaving")
 }
 
 // isArriving reports a write refused because its bucket moves to the

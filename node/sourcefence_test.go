@@ -4,11 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/shardnode/shardnode/bucket"
 	"github.com/shardnode/shardnode/changevector"
+	"github.com/shardnode/shardnode/config"
+	"github.com/shardnode/shardnode/raftfsm"
 	"github.com/shardnode/shardnode/storage"
 )
 
@@ -86,7 +90,120 @@ func TestSourceFenceAnswersTheReplicasOwnWritesIntoTheBucket(t *testing.T) {
 	}
 
 	// One replica only: nothing to ask, the sender goes on at once.
-	if err := (reshardCluster{n}).FenceSourceReplicas(context.Background(), "db", 0, bucket.ForID("t1"), 3, rec.Etag); err != nil {
+	if err := (reshardCluster{n}).FenceSourceReplicas(context.Background(), "db", 0, bucket.ForID("t1"), 3, rec.Etag, nil); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestSourceLeaseSparesTheFlipsRoundTrip: a bucket's sender leases its
+// source shard's other replica before the flip: from then on that replica
+// refuses the bucket's routed writes as leaving (retryable: the sender
+// takes them) and answers how far its own writes go. At the flip, a lease
+// that still holds long enough spares the fence's round trip (the peer is
+// not fenced again); one about to end does not.
+func TestSourceLeaseSparesTheFlipsRoundTrip(t *testing.T) {
+	a := testNode(t, t.TempDir())
+	b := testNode(t, t.TempDir(), func(cfg *config.Config) {
+		cfg.Node.Tag = "B"
+		cfg.Raft.Bootstrap = false
+		cfg.Raft.Join = a.HTTPURL()
+		cfg.NATS.URL = a.bus.clientURL() // one bus: the lease and the fence travel on it
+	})
+	waitFor(t, 10*time.Second, "B to register", func() bool { return len(a.fsm.Nodes()) == 2 })
+	c := client{t, a.HTTPURL()}
+	c.must(201, "PUT", "/admin/databases/db", `{"Shards": 1, "ReplicationFactor": 2}`)
+	waitFor(t, 10*time.Second, "both replicas open, and each node up for the other", func() bool {
+		_, errA := a.local("db", 0)
+		_, errB := b.local("db", 0)
+		return errA == nil && errB == nil && a.health.up("B") && b.health.up("A")
+	})
+	lb, _ := b.local("db", 0)
+	// A write B took itself into the bucket: the lease's answer covers it.
+	res, err := lb.s.Write(context.Background(), []storage.Op{{Kind: storage.OpPut, ID: "a$t1", Body: []byte(`{"v":1}`)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	bk := bucket.ForID("t1")
+	rec := a.recordOf("db")
+	// No migration here: asked by a record B does not have yet, which
+	// would show it, the lease holds.
+	leases := reshardCluster{a}.LeaseSourceReplicas(ctx, "db", 0, bk, 9, rec.Etag+100)
+	if len(leases) != 1 || leases[0].Node != "B" || leases[0].DatabaseID != lb.s.DatabaseID() || leases[0].OwnEtag != res[0].Etag {
+		t.Fatalf("leases %+v, want B's replica %s at its write's etag %d", leases, lb.s.DatabaseID(), res[0].Etag)
+	}
+	if left := time.Until(leases[0].Until); left < sourceLeaseWindow-time.Second || left > sourceLeaseWindow {
+		t.Fatalf("lease holds %v more, want about %v", left, sourceLeaseWindow)
+	}
+	lb.routed = true
+	_, err = lb.write(ctx, []storage.Op{{Kind: storage.OpPut, ID: "b$t1", Body: []byte(`{"v":2}`)}}, writeConcern{}, 0)
+	var ae *apiError
+	if !errors.As(err, &ae) || ae.Status != 503 || ae.Type != "BucketLeaving" || !retryable(err) || !servesSoon(err) || !strings.Contains(ae.Msg, "node A") {
+		t.Fatalf("routed write into the leased bucket on B: %v, want a retryable 503 BucketLeaving naming A", err)
+	}
+	if _, err := lb.write(ctx, []storage.Op{{Kind: storage.OpPut, ID: "b$t2", Body: []byte(`{"v":2}`)}}, writeConcern{}, 0); err != nil {
+		t.Fatalf("routed write into another bucket on B: %v", err)
+	}
+
+	fenced := func() bool {
+		b.sourceFences.mu.Lock()
+		defer b.sourceFences.mu.Unlock()
+		_, ok := b.sourceFences.m[sourceFenceKey{"db", 0, bk}]
+		return ok
+	}
+	// The lease holds for seconds: the flip's fence asks B nothing, and
+	// waits for B's write (replicated to A by now, or soon).
+	if err := (reshardCluster{a}).FenceSourceReplicas(ctx, "db", 0, bk, 3, rec.Etag+1, leases); err != nil {
+		t.Fatal(err)
+	}
+	if fenced() {
+		t.Fatal("B was fenced at the flip although its lease held")
+	}
+	la, _ := a.local("db", 0)
+	if got := la.s.ReplicationProgress(lb.s.DatabaseID()); got < res[0].Etag {
+		t.Fatalf("the fence returned with A holding B's writes through %d, want at least its leased etag %d", got, res[0].Etag)
+	}
+	// A lease about to end is not trusted: B is fenced as before.
+	short := slices.Clone(leases)
+	short[0].Until = time.Now().Add(sourceLeaseMargin - 100*time.Millisecond)
+	if err := (reshardCluster{a}).FenceSourceReplicas(ctx, "db", 0, bk, 3, rec.Etag+1, short); err != nil {
+		t.Fatal(err)
+	}
+	if !fenced() {
+		t.Fatal("B was not fenced at the flip although its lease was about to end")
+	}
+}
+
+// TestSourceLeaseEndsWithItsMigration: a lease ends once the replica's
+// record, at least the sender's, shows its migration flipped, gone, or
+// replaced by another; not before (a record behind the sender's may not
+// show the migration yet).
+func TestSourceLeaseEndsWithItsMigration(t *testing.T) {
+	const b = 7
+	l := sourceLease{sender: "A", index: 5, recordEtag: 10}
+	rec := func(etag uint64, m *raftfsm.BucketMigration) *raftfsm.DatabaseRecord {
+		r := &raftfsm.DatabaseRecord{Etag: etag}
+		if m != nil {
+			r.Sharding.BucketMigrations = map[uint32]*raftfsm.BucketMigration{b: m}
+		}
+		return r
+	}
+	for _, tc := range []struct {
+		what  string
+		rec   *raftfsm.DatabaseRecord
+		ended bool
+	}{
+		{"database gone", nil, true},
+		{"record behind the sender's, no migration yet", rec(9, nil), false},
+		{"record behind the sender's, flipped", rec(9, &raftfsm.BucketMigration{MigrationIndex: 5, Status: raftfsm.MigrationOwnershipTransferred}), false},
+		{"Moving", rec(10, &raftfsm.BucketMigration{MigrationIndex: 5, Status: raftfsm.MigrationMoving}), false},
+		{"Moved", rec(12, &raftfsm.BucketMigration{MigrationIndex: 5, Status: raftfsm.MigrationMoved}), false},
+		{"flipped", rec(12, &raftfsm.BucketMigration{MigrationIndex: 5, Status: raftfsm.MigrationOwnershipTransferred}), true},
+		{"migration gone", rec(12, nil), true},
+		{"another migration", rec(12, &raftfsm.BucketMigration{MigrationIndex: 6, Status: raftfsm.MigrationMoved}), true},
+	} {
+		if got := leaseEnded(tc.rec, b, l); got != tc.ended {
+			t.Errorf("%s: ended %v, want %v", tc.what, got, tc.ended)
+		}
 	}
 }

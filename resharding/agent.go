@@ -390,6 +390,30 @@ func (a *Agent) send(ctx context.Context, m raftfsm.BucketMigration) error {
 	ch, stop := a.c.Watch()
 	defer stop()
 	completed := m.Status == raftfsm.MigrationMoved
+	// The source shard's other replicas lease the bucket's writes to this
+	// sender from the moment it records the send completed (see
+	// Cluster.LeaseSourceReplicas): its last pass then waits for no round
+	// trip to them. Renewed while the flip has not come.
+	var renewal *time.Ticker
+	var renew <-chan time.Time
+	defer func() {
+		if renewal != nil {
+			renewal.Stop()
+		}
+	}()
+	lease := func(cur *raftfsm.DatabaseRecord) {
+		if cur == nil || a.c.Stopping() {
+			return // a stopping sender makes no last pass
+		}
+		if renewal == nil {
+			renewal = time.NewTicker(leaseRenewEvery)
+			renew = renewal.C
+		}
+		etag := cur.Etag
+		s.leases.renew(ctx, &s.wg, func(ctx context.Context) []PeerLease {
+			return a.c.LeaseSourceReplicas(ctx, a.db, a.shard, m.Bucket, m.MigrationIndex, etag)
+		})
+	}
 	for {
 		changed := a.s.Changed()
 		cur := a.c.Record(a.db)
@@ -401,6 +425,9 @@ func (a *Agent) send(ctx context.Context, m raftfsm.BucketMigration) error {
 		}
 		final := status != raftfsm.MigrationMoving && status != raftfsm.MigrationMoved
 		s.throttle = status == raftfsm.MigrationMoving
+		if !final && completed {
+			lease(cur)
+		}
 		var took LastPassTimings // the last pass's steps
 		var passStart, fencedAt time.Time
 		if final {
@@ -415,7 +442,7 @@ func (a *Agent) send(ctx context.Context, m raftfsm.BucketMigration) error {
 			var fenced sync.WaitGroup
 			if cur != nil && status == raftfsm.MigrationOwnershipTransferred {
 				fenced.Go(func() {
-					peers = a.c.FenceSourceReplicas(ctx, a.db, a.shard, m.Bucket, m.DestinationShard, cur.Etag)
+					peers = a.c.FenceSourceReplicas(ctx, a.db, a.shard, m.Bucket, m.DestinationShard, cur.Etag, s.leases.current(ctx))
 					took.FencePeers = time.Since(passStart)
 				})
 			}
@@ -493,6 +520,7 @@ func (a *Agent) send(ctx context.Context, m raftfsm.BucketMigration) error {
 			if err := s.drain(); err != nil {
 				return err
 			}
+			lease(cur) // asked with the command: the flip follows it by a raft round or two
 			s.mu.Lock()
 			docs, bytes := s.docs, s.bytes
 			s.mu.Unlock()
@@ -511,6 +539,7 @@ func (a *Agent) send(ctx context.Context, m raftfsm.BucketMigration) error {
 			return ctx.Err()
 		case <-changed:
 		case <-ch:
+		case <-renew:
 		}
 	}
 }
@@ -527,6 +556,9 @@ type sender struct {
 	// throttle makes each batch wait for the node's move bandwidth
 	// (Cluster.ThrottleSend).
 	throttle bool
+	// leases are the other source replicas' promises to leave the
+	// bucket's writes to this sender until the flip.
+	leases peerLeases
 	// lastPass marks the flush that ends the last pass after the flip:
 	// its batch carries the version of everything sent (Batch.LastPass).
 	lastPass bool

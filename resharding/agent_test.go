@@ -38,6 +38,25 @@ type fakeCluster struct {
 	// other source replicas' writes bring by replication meanwhile.
 	onSourceFence func()
 	timings       []LastPassTimings // each ObserveLastPass
+	// lease is what LeaseSourceReplicas answers; leaseAsks records each
+	// ask, and fenceLeases the leases each FenceSourceReplicas got.
+	lease       []PeerLease
+	leaseAsks   []leaseAsk
+	fenceLeases [][]PeerLease
+}
+
+// leaseAsk is one LeaseSourceReplicas call: its migration and record,
+// and how many commands had been proposed before it.
+type leaseAsk struct {
+	index, recordEtag uint64
+	proposed          int
+}
+
+func (c *fakeCluster) LeaseSourceReplicas(_ context.Context, _ string, _ int, _ uint32, index, recordEtag uint64) []PeerLease {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.leaseAsks = append(c.leaseAsks, leaseAsk{index: index, recordEtag: recordEtag, proposed: len(c.proposed)})
+	return slices.Clone(c.lease)
 }
 
 func (c *fakeCluster) NodeTag() string { return "B" }
@@ -56,7 +75,10 @@ func (c *fakeCluster) Stopping() bool                                 { return f
 func (c *fakeCluster) WaitAllApplied(context.Context, uint64) error   { return nil }
 func (c *fakeCluster) NotePurge(string, int, uint64)                  {}
 func (c *fakeCluster) FenceWrites(context.Context, string, int) error { return nil }
-func (c *fakeCluster) FenceSourceReplicas(context.Context, string, int, uint32, int, uint64) error {
+func (c *fakeCluster) FenceSourceReplicas(_ context.Context, _ string, _ int, _ uint32, _ int, _ uint64, leases []PeerLease) error {
+	c.mu.Lock()
+	c.fenceLeases = append(c.fenceLeases, leases)
+	c.mu.Unlock()
 	if c.onSourceFence != nil {
 		c.onSourceFence()
 	}
@@ -484,5 +506,99 @@ func TestMovingBucketsBatchesWaitForTheMoveBandwidth(t *testing.T) {
 	slices.Sort(c.throttled)
 	if !slices.Equal(c.throttled, moving) {
 		t.Fatalf("batches of %v bytes sent while Moving and %d after the flip, %v waited for: each of the first must wait for its size, the last pass never", moving, c.sent[5], c.throttled)
+	}
+}
+
+// setRecord makes rec the record and tells the watchers, as a raft apply
+// would.
+func (c *fakeCluster) setRecord(rec *raftfsm.DatabaseRecord) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.rec = rec
+	if c.watch == nil {
+		c.watch = make(chan uint64, 1)
+	}
+	select {
+	case c.watch <- 1:
+	default:
+	}
+}
+
+// TestSenderLeasesThePeersBeforeTheFlip: a sender asks the source shard's
+// other replicas for their lease on the bucket as it records the send
+// completed, asks again while the bucket stays Moved, and at the flip
+// hands what they promised to the fence, which then needs no round trip
+// to them. It asks no more once its pass is made.
+func TestSenderLeasesThePeersBeforeTheFlip(t *testing.T) {
+	st, put := ordersStore(t)
+	put("orders/1$tenants/7")
+	b := bucket.ForID("tenants/7")
+	withStatus := func(etag uint64, status raftfsm.MigrationStatus) *raftfsm.DatabaseRecord {
+		m := raftfsm.BucketMigration{Bucket: b, SourceShard: 0, DestinationShard: 1, Status: status, MigrationIndex: 7}
+		rec := &raftfsm.DatabaseRecord{DatabaseName: "db", DatabaseID: "dbid", Etag: etag}
+		rec.Sharding.BucketMigrations = map[uint32]*raftfsm.BucketMigration{b: &m}
+		return rec
+	}
+	moving := withStatus(40, raftfsm.MigrationMoving)
+	lease := []PeerLease{{Node: "A", DatabaseID: "peer", OwnEtag: 3, Until: time.Now().Add(time.Minute)}}
+	c := &fakeCluster{rec: moving, lease: lease}
+	a := &Agent{c: c, db: "db", shard: 0, s: st, logger: slog.New(slog.DiscardHandler)}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- a.send(ctx, *moving.Sharding.BucketMigrations[b]) }()
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for {
+			c.mu.Lock()
+			ok := cond()
+			c.mu.Unlock()
+			if ok {
+				return
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("waiting for %s", what)
+			case err := <-done:
+				t.Fatalf("waiting for %s: the sender ended (%v)", what, err)
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}
+	waitFor("the send completed and a lease asked", func() bool { return len(c.proposed) == 1 && len(c.leaseAsks) == 1 })
+	if _, ok := c.proposed[0].(*raftfsm.SourceMigrationSendCompleted); !ok {
+		t.Fatalf("proposed %T, want the send completed", c.proposed[0])
+	}
+	if got := c.leaseAsks[0]; got.index != 7 || got.recordEtag != 40 {
+		t.Fatalf("lease asked for migration %d by record %d, want 7 by 40", got.index, got.recordEtag)
+	}
+	// Moved: the lease is renewed, by the record the sender sees.
+	c.setRecord(withStatus(41, raftfsm.MigrationMoved))
+	waitFor("the lease renewed while Moved", func() bool {
+		return len(c.leaseAsks) >= 2 && c.leaseAsks[len(c.leaseAsks)-1].recordEtag == 41
+	})
+	c.setRecord(withStatus(42, raftfsm.MigrationOwnershipTransferred))
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("send: %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the sender made no last pass")
+	}
+	c.mu.Lock()
+	asks := len(c.leaseAsks)
+	if len(c.fenceLeases) != 1 || !slices.Equal(c.fenceLeases[0], lease) {
+		t.Fatalf("the flip's fence got leases %+v, want the peers' %+v", c.fenceLeases, lease)
+	}
+	if _, ok := c.proposed[len(c.proposed)-1].(*raftfsm.SourceMigrationFinalPass); !ok {
+		t.Fatalf("proposed %T last, want the last pass", c.proposed[len(c.proposed)-1])
+	}
+	c.mu.Unlock()
+	time.Sleep(2 * leaseRenewEvery) // what must not happen: a renewal after the end
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.leaseAsks) != asks {
+		t.Fatalf("%d leases asked after the sender ended", len(c.leaseAsks)-asks)
 	}
 }

@@ -70,7 +70,20 @@ type Cluster interface {
 	// ctx ends. A router that found the sender down or refusing sent such
 	// writes there, and a last pass without them left them behind while
 	// the destination took the bucket's writes.
-	FenceSourceReplicas(ctx context.Context, db string, shard int, bucket uint32, to int, recordEtag uint64) error
+	//
+	// leases are what the peers promised in answer to LeaseSourceReplicas
+	// for this migration: a peer whose promise still holds long enough is
+	// not asked again, and the flip's writes do not wait for a round trip
+	// to it.
+	FenceSourceReplicas(ctx context.Context, db string, shard int, bucket uint32, to int, recordEtag uint64, leases []PeerLease) error
+	// LeaseSourceReplicas asks the source shard's other reachable replicas
+	// to refuse bucket's client writes from now until the migration at
+	// migrationIndex flips or ends (as their records show it, from the
+	// record at recordEtag on), for a bounded time, and answers what
+	// each promised: those that answered within a bound. The sender asks
+	// as its bucket is about to reach Moved, and again while it stays
+	// there, so that at the flip it needs no round trip to them.
+	LeaseSourceReplicas(ctx context.Context, db string, shard int, bucket uint32, migrationIndex, recordEtag uint64) []PeerLease
 	// ObserveLastPass reports how long the steps of a last pass after a
 	// flip took on its sender, once the pass is stored at the
 	// destination: the new owner holds the bucket's writes meanwhile.
@@ -121,6 +134,23 @@ type LastPass struct {
 	// ChangeVector is the merged version of everything the sender sent
 	// (the pass's record carries the same).
 	ChangeVector string
+}
+
+// PeerLease is one source replica's promise, answered to
+// LeaseSourceReplicas, to refuse a moving bucket's client writes until it
+// applies the flip or Until passes, whichever is first.
+type PeerLease struct {
+	// Node is the peer's node tag.
+	Node string
+	// DatabaseID is the peer replica's database id, and OwnEtag the etag
+	// of the newest write it took itself into the bucket before it
+	// promised (0 for none): what the last pass waits to hold.
+	DatabaseID string
+	OwnEtag    uint64
+	// Until is when the promise ends at the latest, on the asking node's
+	// clock: the peer counts its window from when it got the request,
+	// which was after this node sent it.
+	Until time.Time
 }
 
 // LastPassTimings is how long the steps of one last pass after the
