@@ -524,12 +524,18 @@ func (c *fakeCluster) setRecord(rec *raftfsm.DatabaseRecord) {
 	}
 }
 
-// TestSenderLeasesThePeersBeforeTheFlip: a sender asks the source shard's
-// other replicas for their lease on the bucket as it records the send
-// completed, asks again while the bucket stays Moved, and at the flip
-// hands what they promised to the fence, which then needs no round trip
-// to them. It asks no more once its pass is made.
+// TestSenderLeasesThePeersBeforeTheFlip: the sender of a bucket that
+// takes writes during its move asks the source shard's other replicas for
+// their lease on it as it records the send completed, asks again while
+// the bucket stays Moved, and at the flip hands what they promised to the
+// fence, which then needs no round trip to them. It asks no more once its
+// pass is made. The sender of an idle bucket asks for none.
 func TestSenderLeasesThePeersBeforeTheFlip(t *testing.T) {
+	t.Run("busy", func(t *testing.T) { testSenderLease(t, true) })
+	t.Run("idle", func(t *testing.T) { testSenderLease(t, false) })
+}
+
+func testSenderLease(t *testing.T, busy bool) {
 	st, put := ordersStore(t)
 	put("orders/1$tenants/7")
 	b := bucket.ForID("tenants/7")
@@ -542,6 +548,9 @@ func TestSenderLeasesThePeersBeforeTheFlip(t *testing.T) {
 	moving := withStatus(40, raftfsm.MigrationMoving)
 	lease := []PeerLease{{Node: "A", DatabaseID: "peer", OwnEtag: 3, Until: time.Now().Add(time.Minute)}}
 	c := &fakeCluster{rec: moving, lease: lease}
+	if busy {
+		c.onSend = func() { put("orders/2$tenants/7") } // a write during the move
+	}
 	a := &Agent{c: c, db: "db", shard: 0, s: st, logger: slog.New(slog.DiscardHandler)}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -564,6 +573,25 @@ func TestSenderLeasesThePeersBeforeTheFlip(t *testing.T) {
 			case <-time.After(5 * time.Millisecond):
 			}
 		}
+	}
+	if !busy {
+		waitFor("the send completed", func() bool { return len(c.proposed) == 1 })
+		c.setRecord(withStatus(41, raftfsm.MigrationMoved))
+		c.setRecord(withStatus(42, raftfsm.MigrationOwnershipTransferred))
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("send: %v", err)
+			}
+		case <-ctx.Done():
+			t.Fatal("the sender made no last pass")
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if len(c.leaseAsks) != 0 || len(c.fenceLeases) != 1 || len(c.fenceLeases[0]) != 0 {
+			t.Fatalf("idle bucket: %d leases asked, the flip's fences got %+v; want none asked, one fence with none", len(c.leaseAsks), c.fenceLeases)
+		}
+		return
 	}
 	waitFor("the send completed and a lease asked", func() bool { return len(c.proposed) == 1 && len(c.leaseAsks) == 1 })
 	if _, ok := c.proposed[0].(*raftfsm.SourceMigrationSendCompleted); !ok {
