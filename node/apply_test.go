@@ -256,20 +256,34 @@ func TestReshardingRetryAfterItsOperationWasPruned(t *testing.T) {
 // state by the leader, and its replicas are given to another node.
 func TestLeaderFinishesARemovalThatStoppedHalfway(t *testing.T) {
 	a := testNode(t, t.TempDir())
-	b := testNode(t, t.TempDir(), func(cfg *config.Config) {
-		cfg.Node.Tag = "B"
-		cfg.Raft.Bootstrap = false
-		cfg.Raft.Join = a.HTTPURL()
-	})
+	joinedNode(t, a, "B")
 	c := client{t, a.HTTPURL()}
-	waitFor(t, 10*time.Second, "B to register", func() bool { return len(a.fsm.Nodes()) == 2 })
-	_ = b
 	// The raft step alone, as when the removal's answer was lost.
 	if err := a.raft.r.RemoveServer("B", 0, 5*time.Second).Error(); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 3*finishRemovalsEvery, "the leader to finish the removal", func() bool { return len(a.fsm.Nodes()) == 1 })
 	c.must(201, "PUT", "/admin/databases/db", `{"Shards": 1}`)
+}
+
+// joinedNode starts node tag, joined to a's cluster, and returns once a's
+// state lists it; tweak adjusts its configuration further.
+func joinedNode(t *testing.T, a *Node, tag string, tweak ...func(*config.Config)) *Node {
+	t.Helper()
+	n := testNode(t, t.TempDir(), append([]func(*config.Config){func(cfg *config.Config) {
+		cfg.Node.Tag = tag
+		cfg.Raft.Bootstrap = false
+		cfg.Raft.Join = a.HTTPURL()
+	}}, tweak...)...)
+	waitFor(t, 10*time.Second, tag+" to register", func() bool {
+		for _, m := range a.fsm.Nodes() {
+			if m.Tag == tag {
+				return true
+			}
+		}
+		return false
+	})
+	return n
 }
 
 // waitFor polls cond until it holds or timeout passes.

@@ -103,13 +103,9 @@ func TestSourceFenceAnswersTheReplicasOwnWritesIntoTheBucket(t *testing.T) {
 // not fenced again); one about to end does not.
 func TestSourceLeaseSparesTheFlipsRoundTrip(t *testing.T) {
 	a := testNode(t, t.TempDir())
-	b := testNode(t, t.TempDir(), func(cfg *config.Config) {
-		cfg.Node.Tag = "B"
-		cfg.Raft.Bootstrap = false
-		cfg.Raft.Join = a.HTTPURL()
+	b := joinedNode(t, a, "B", func(cfg *config.Config) {
 		cfg.NATS.URL = a.bus.clientURL() // one bus: the lease and the fence travel on it
 	})
-	waitFor(t, 10*time.Second, "B to register", func() bool { return len(a.fsm.Nodes()) == 2 })
 	c := client{t, a.HTTPURL()}
 	c.must(201, "PUT", "/admin/databases/db", `{"Shards": 1, "ReplicationFactor": 2}`)
 	waitFor(t, 10*time.Second, "both replicas open, and each node up for the other", func() bool {

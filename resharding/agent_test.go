@@ -436,23 +436,7 @@ func TestMovingBucketsBatchesWaitForTheMoveBandwidth(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.send(ctx, m) }()
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			c.mu.Lock()
-			ok := cond()
-			c.mu.Unlock()
-			if ok {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("waiting for %s", what)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}
-	waitFor("the bucket reported sent", func() bool { return len(c.proposed) > 0 })
+	c.await(t, "the bucket reported sent", func() bool { return len(c.proposed) > 0 })
 	// What it sent shows, for this migration only.
 	if p, ok := a.SendProgress(b, 7); !ok || p.Documents != 3*batchItems+10 || p.Bytes == 0 || p.LastStored.Before(p.Started) {
 		t.Errorf("SendProgress = %+v, %v; want the %d documents sent", p, ok, 3*batchItems+10)
@@ -464,7 +448,7 @@ func TestMovingBucketsBatchesWaitForTheMoveBandwidth(t *testing.T) {
 	if _, err := st.Write(context.Background(), []storage.Op{{Kind: storage.OpPut, ID: "late$tenants/7", Collection: "Orders", Body: []byte(`{}`)}}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor("the tail's batch", func() bool { return len(c.sent) == 5 })
+	c.await(t, "the tail's batch", func() bool { return len(c.sent) == 5 })
 	// The flip: writes into the bucket now wait for the last pass, which
 	// must not wait for the bandwidth.
 	flipped := m
@@ -506,6 +490,24 @@ func TestMovingBucketsBatchesWaitForTheMoveBandwidth(t *testing.T) {
 	slices.Sort(c.throttled)
 	if !slices.Equal(c.throttled, moving) {
 		t.Fatalf("batches of %v bytes sent while Moving and %d after the flip, %v waited for: each of the first must wait for its size, the last pass never", moving, c.sent[5], c.throttled)
+	}
+}
+
+// await polls cond, under c's lock, until it holds (at most 30 s).
+func (c *fakeCluster) await(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c.mu.Lock()
+		ok := cond()
+		c.mu.Unlock()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -556,28 +558,9 @@ func testSenderLease(t *testing.T, busy bool) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- a.send(ctx, *moving.Sharding.BucketMigrations[b]) }()
-	waitFor := func(what string, cond func() bool) {
+	// ended waits for the sender's end, after its last pass.
+	ended := func() {
 		t.Helper()
-		for {
-			c.mu.Lock()
-			ok := cond()
-			c.mu.Unlock()
-			if ok {
-				return
-			}
-			select {
-			case <-ctx.Done():
-				t.Fatalf("waiting for %s", what)
-			case err := <-done:
-				t.Fatalf("waiting for %s: the sender ended (%v)", what, err)
-			case <-time.After(5 * time.Millisecond):
-			}
-		}
-	}
-	if !busy {
-		waitFor("the send completed", func() bool { return len(c.proposed) == 1 })
-		c.setRecord(withStatus(41, raftfsm.MigrationMoved))
-		c.setRecord(withStatus(42, raftfsm.MigrationOwnershipTransferred))
 		select {
 		case err := <-done:
 			if err != nil {
@@ -586,6 +569,12 @@ func testSenderLease(t *testing.T, busy bool) {
 		case <-ctx.Done():
 			t.Fatal("the sender made no last pass")
 		}
+	}
+	if !busy {
+		c.await(t, "the send completed", func() bool { return len(c.proposed) == 1 })
+		c.setRecord(withStatus(41, raftfsm.MigrationMoved))
+		c.setRecord(withStatus(42, raftfsm.MigrationOwnershipTransferred))
+		ended()
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		if len(c.leaseAsks) != 0 || len(c.fenceLeases) != 1 || len(c.fenceLeases[0]) != 0 {
@@ -593,7 +582,7 @@ func testSenderLease(t *testing.T, busy bool) {
 		}
 		return
 	}
-	waitFor("the send completed and a lease asked", func() bool { return len(c.proposed) == 1 && len(c.leaseAsks) == 1 })
+	c.await(t, "the send completed and a lease asked", func() bool { return len(c.proposed) == 1 && len(c.leaseAsks) == 1 })
 	if _, ok := c.proposed[0].(*raftfsm.SourceMigrationSendCompleted); !ok {
 		t.Fatalf("proposed %T, want the send completed", c.proposed[0])
 	}
@@ -602,18 +591,11 @@ func testSenderLease(t *testing.T, busy bool) {
 	}
 	// Moved: the lease is renewed, by the record the sender sees.
 	c.setRecord(withStatus(41, raftfsm.MigrationMoved))
-	waitFor("the lease renewed while Moved", func() bool {
+	c.await(t, "the lease renewed while Moved", func() bool {
 		return len(c.leaseAsks) >= 2 && c.leaseAsks[len(c.leaseAsks)-1].recordEtag == 41
 	})
 	c.setRecord(withStatus(42, raftfsm.MigrationOwnershipTransferred))
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("send: %v", err)
-		}
-	case <-ctx.Done():
-		t.Fatal("the sender made no last pass")
-	}
+	ended()
 	c.mu.Lock()
 	asks := len(c.leaseAsks)
 	if len(c.fenceLeases) != 1 || !slices.Equal(c.fenceLeases[0], lease) {
