@@ -55,8 +55,8 @@ const opSourceLease = "migration.source-lease"
 
 // The lease's bounds. A replica refuses the bucket's routed writes for
 // sourceLeaseWindow from when it got the request, unless its record ends
-// the lease sooner; the sender asks again every sourceLeaseRenewEvery
-// while the bucket is Moved.
+// the lease sooner; the sender asks again well within it while the bucket
+// is Moved (resharding's leaseRenewEvery).
 //
 // At the flip, a lease that holds at least sourceLeaseMargin more spares
 // the round trip: a node takes client writes only within freshFor of
@@ -67,9 +67,8 @@ const opSourceLease = "migration.source-lease"
 // room for a write's checks being a moment apart (the freshness check
 // comes before the lease's).
 const (
-	sourceLeaseWindow     = 3 * time.Second
-	sourceLeaseRenewEvery = 750 * time.Millisecond
-	sourceLeaseMargin     = freshFor + freshEvery + 300*time.Millisecond
+	sourceLeaseWindow = 3 * time.Second
+	sourceLeaseMargin = freshFor + freshEvery + 300*time.Millisecond
 )
 
 // Bounds of a sender's wait for its peers' writes: the question to each,
@@ -253,10 +252,17 @@ func (n *Node) serveSourceFence(ctx context.Context, data []byte) (any, error) {
 		return nil, err
 	}
 	n.sourceFences.set(sourceFenceKey{req.DB, req.Shard, req.Bucket}, ownerHint{Shard: req.To, RecordEtag: req.RecordEtag})
-	if err := n.replicas.fence(req.DB, req.Shard).wait(ctx); err != nil {
-		return nil, fmt.Errorf("fence shard %d of %q for bucket %d: %w", req.Shard, req.DB, req.Bucket, err)
+	return n.fencedOwnWrites(ctx, l, req.Bucket)
+}
+
+// fencedOwnWrites waits until the client writes to l that passed before
+// the call (before the caller marked b fenced or leased) have committed,
+// then answers how far l's own writes into bucket b go, those included.
+func (n *Node) fencedOwnWrites(ctx context.Context, l *localReplica, b uint32) (sourceFenceReply, error) {
+	if err := n.replicas.fence(l.db, l.shard).wait(ctx); err != nil {
+		return sourceFenceReply{}, fmt.Errorf("fence shard %d of %q for bucket %d: %w", l.shard, l.db, b, err)
 	}
-	return ownWrites(l, req.Bucket)
+	return ownWrites(l, b)
 }
 
 // serveSourceLease is the peer's side of opSourceLease: from the lease on,
@@ -273,10 +279,7 @@ func (n *Node) serveSourceLease(ctx context.Context, data []byte) (any, error) {
 		return nil, err
 	}
 	n.sourceFences.lease(sourceFenceKey{req.DB, req.Shard, req.Bucket}, sourceLease{sender: req.Sender, index: req.MigrationIndex, recordEtag: req.RecordEtag})
-	if err := n.replicas.fence(req.DB, req.Shard).wait(ctx); err != nil {
-		return nil, fmt.Errorf("fence shard %d of %q for leaving bucket %d: %w", req.Shard, req.DB, req.Bucket, err)
-	}
-	return ownWrites(l, req.Bucket)
+	return n.fencedOwnWrites(ctx, l, req.Bucket)
 }
 
 // LeaseSourceReplicas asks the other reachable replicas of db's shard for

@@ -56,13 +56,6 @@ func (l *peerLeases) renew(ctx context.Context, wg *sync.WaitGroup, ask func(con
 	})
 }
 
-// active reports whether a lease was ever asked for.
-func (l *peerLeases) active() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return !l.asked.IsZero()
-}
-
 // current returns the promises held. When none was answered yet and a
 // request is in flight, it waits for that one: it went out before the
 // flip, so its answer comes sooner than a new round trip's would.
