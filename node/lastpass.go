@@ -79,6 +79,19 @@ func (lp *lastPasses) changed() <-chan struct{} {
 	return lp.ch
 }
 
+// noted returns the version the sender of migration m into shard of db
+// said its last pass covers, if it told this node (the pass may not be
+// stored yet).
+func (lp *lastPasses) noted(db string, shard int, m *raftfsm.BucketMigration) (changevector.Vector, bool) {
+	if lp == nil {
+		return nil, false
+	}
+	lp.mu.Lock()
+	defer lp.mu.Unlock()
+	v, ok := lp.m[lastPassKey{db, shard, m.Bucket, m.MigrationIndex}]
+	return v, ok
+}
+
 // stored reports whether the sender of migration m into shard of db told
 // this node its last pass, and store s (this node's replica of shard)
 // holds all of it: the bucket's merged version covers the pass's.
@@ -188,11 +201,28 @@ func (n *Node) registerLastPassRPC() {
 // the record (see lastPasses): an interface rather than a closure, so
 // that a routed write, which asks on every call, allocates nothing.
 type passHolder interface {
-	holdsLastPass(m *raftfsm.BucketMigration) bool
+	// lastPassIn reports whether m's last pass counts as in at the
+	// replica. want, when not nil, is the condition it counts in under:
+	// the version the bucket must cover when the request's write commits
+	// (see storage.Covers).
+	lastPassIn(m *raftfsm.BucketMigration) (want changevector.Vector, in bool)
 }
 
-// holdsLastPass reports whether m's sender told this node its last pass
-// and this replica holds all of it.
-func (l *localReplica) holdsLastPass(m *raftfsm.BucketMigration) bool {
-	return l.n.lastPasses.stored(l.db, l.shard, m, l.s)
+// lastPassIn counts m's last pass in once this replica holds all of it,
+// as its sender told this node (see lastPasses).
+func (l *localReplica) lastPassIn(m *raftfsm.BucketMigration) (changevector.Vector, bool) {
+	return nil, l.n.lastPasses.stored(l.db, l.shard, m, l.s)
+}
+
+// passQueued is a local replica as a write into an arriving bucket sees
+// it: a last pass its sender told this node of counts in as soon as it
+// is queued for the store, not stored yet, on the condition that the
+// write commits after it (the pass's version, which the write's commit
+// checks). The write then shares the pass's commit round instead of
+// waiting for its fsync and then for its own: one fsync less in what a
+// flip costs the writes into the bucket.
+type passQueued localReplica
+
+func (q *passQueued) lastPassIn(m *raftfsm.BucketMigration) (changevector.Vector, bool) {
+	return q.n.lastPasses.noted(q.db, q.shard, m)
 }

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"testing"
@@ -65,6 +66,24 @@ func TestLastPassSettlesABucketOnlyWhereItIsStored(t *testing.T) {
 	if !unsettled() {
 		t.Fatal("the bucket is settled by a pass this replica does not hold all of, or by another migration's")
 	}
+	// A write counts the noted pass in before it is stored, on the
+	// condition its commit checks: here it fails, the replica lacking
+	// part of the pass, and nothing is written.
+	ops := []storage.Op{{Kind: storage.OpPut, ID: ids[0], Body: []byte(`{"n":2}`)}, {Kind: storage.OpPut, ID: ids[1], Body: []byte(`{"n":2}`)}}
+	q := (*passQueued)(l)
+	if _, ok := flipUnsettled(rec, 1, ops, opID, q); ok {
+		t.Fatal("a write does not follow a noted pass")
+	}
+	covers := passConditions(rec, 1, ops, q)
+	if len(covers) != 1 || covers[0].Bucket != b || changevector.Compare(covers[0].Version, more) != changevector.Equal {
+		t.Fatalf("conditions %+v, want bucket %d covering %s", covers, b, more)
+	}
+	if _, err := s.WriteCovered(context.Background(), covers, ops); !errors.Is(err, storage.ErrNotCovered) {
+		t.Fatalf("a write behind a pass this replica lacks part of: %v, want ErrNotCovered", err)
+	}
+	if got := passConditions(rec, 1, ops, l); len(got) != 0 {
+		t.Fatalf("a replica that waits for the pass to be stored asks for conditions %+v", got)
+	}
 	woken := lp.changed()
 	lp.note(lastPassKey{"db", 1, b, 7}, held, never)
 	select {
@@ -74,6 +93,9 @@ func TestLastPassSettlesABucketOnlyWhereItIsStored(t *testing.T) {
 	}
 	if unsettled() {
 		t.Fatal("the bucket is not settled by a last pass this replica holds")
+	}
+	if _, err := s.WriteCovered(context.Background(), passConditions(rec, 1, ops, q), ops); err != nil {
+		t.Fatalf("a write behind a pass this replica holds: %v", err)
 	}
 	// Without the notice path (no holder), only the record settles it.
 	if _, ok := flipUnsettled(rec, 1, ids, readID, nil); !ok {

@@ -230,69 +230,12 @@ func (l *localReplica) write(ctx context.Context, ops []storage.Op, wc writeConc
 			}
 		}
 	}
-	if l.routed {
-		held := l.n.waitFlipSettled(ctx, l.db, func(rec *raftfsm.DatabaseRecord) bool {
-			_, ok := flipUnsettled(rec, l.shard, ops, opID, l)
-			return ok
-		})
-		if held > 0 {
-			if rec := l.n.recordOf(l.db); rec != nil {
-				l.n.holds.record(l.db, rec.CreatedIndex, held)
-			}
-		}
+	res, last, err := l.commit(ctx, ops, routed, (*passQueued)(l))
+	if errors.Is(err, storage.ErrNotCovered) {
+		// The last pass it was let in behind did not get in first after
+		// all (a pass sent in parts, or failed): wait for it as reads do.
+		res, last, err = l.commit(ctx, ops, routed, l)
 	}
-	fence := l.n.replicas.fence(l.db, l.shard)
-	g := fence.enter()
-	if l.n.draining.Load() { // checked inside the fence: the drain waits for writes that passed
-		fence.exit(g)
-		return nil, l.n.refuseWhileStopping(ctx, l.db, l.shard)
-	}
-	if l.routed {
-		// Checked again right before the write: it may have waited above
-		// (for a confirmation, the router's record, a last pass) while
-		// this replica was found behind its peers, or its node stopped
-		// confirming that it follows the cluster, and routers sent the
-		// shard's other writes to another member meanwhile. Taken now, it
-		// would be based on versions that member has replaced (an
-		// explorer: If-Match increments acknowledged twice after a raft
-		// leader was killed). Not waited for here: a sender's fence
-		// waits for the writes inside.
-		if err := l.servesClients(); err != nil {
-			fence.exit(g)
-			return nil, l.handOff(ctx, err)
-		}
-		if !l.n.fresh.fresh() {
-			fence.exit(g)
-			l.n.refusedWhileStale(l.db, l.shard)
-			return nil, l.handOff(ctx, errCatchingUp(l.n, l.db, l.shard))
-		}
-		// Checked inside the fence too: a hand-over waits for the writes
-		// that passed, and answers an etag that covers them.
-		if err := l.n.handingOver(l.db, l.shard); err != nil {
-			fence.exit(g)
-			return nil, err
-		}
-		// And as the fence of a bucket's sender asked (see
-		// FenceSourceReplicas): it answers once the writes that passed
-		// have committed.
-		if err := l.n.sourceFences.refuse(l.db, l.shard, ops, func() *raftfsm.DatabaseRecord { return l.n.recordOf(l.db) }); err != nil {
-			fence.exit(g)
-			return nil, err
-		}
-	}
-	if err := l.n.guardWrites(l.db, l.shard, ops, routed, l); err != nil {
-		fence.exit(g)
-		return nil, err
-	}
-	res, err := l.s.Write(ctx, ops)
-	var last uint64
-	for _, r := range res {
-		last = max(last, r.Etag)
-	}
-	if err == nil && last > 0 && l.rep != nil {
-		l.rep.Wrote(last) // before the fence lets a hand-off look
-	}
-	fence.exit(g)
 	if err != nil || wc.Replicas <= 1 {
 		return res, err
 	}
@@ -329,6 +272,78 @@ func (l *localReplica) write(ctx context.Context, ops []storage.Op, wc writeConc
 			Msg: fmt.Sprintf("the write is durable on node %s but only %d of the %d replicas asked for (waitForReplicas) held it within %v", l.node(), have, wc.Replicas, wc.Timeout)}
 	}
 	return res, nil
+}
+
+// commit takes a write, once decided here, into the store: a routed
+// write into a bucket arriving here waits for the source's last pass as
+// held counts it in (see flipUnsettled), then is checked inside the
+// replica's fence and written. It returns the highest etag written.
+func (l *localReplica) commit(ctx context.Context, ops []storage.Op, routed uint64, held passHolder) ([]storage.Result, uint64, error) {
+	if l.routed {
+		waited := l.n.waitFlipSettled(ctx, l.db, func(rec *raftfsm.DatabaseRecord) bool {
+			_, ok := flipUnsettled(rec, l.shard, ops, opID, held)
+			return ok
+		})
+		if waited > 0 {
+			if rec := l.n.recordOf(l.db); rec != nil {
+				l.n.holds.record(l.db, rec.CreatedIndex, waited)
+			}
+		}
+	}
+	fence := l.n.replicas.fence(l.db, l.shard)
+	g := fence.enter()
+	if l.n.draining.Load() { // checked inside the fence: the drain waits for writes that passed
+		fence.exit(g)
+		return nil, 0, l.n.refuseWhileStopping(ctx, l.db, l.shard)
+	}
+	if l.routed {
+		// Checked again right before the write: it may have waited above
+		// (for a confirmation, the router's record, a last pass) while
+		// this replica was found behind its peers, or its node stopped
+		// confirming that it follows the cluster, and routers sent the
+		// shard's other writes to another member meanwhile. Taken now, it
+		// would be based on versions that member has replaced (an
+		// explorer: If-Match increments acknowledged twice after a raft
+		// leader was killed). Not waited for here: a sender's fence
+		// waits for the writes inside.
+		if err := l.servesClients(); err != nil {
+			fence.exit(g)
+			return nil, 0, l.handOff(ctx, err)
+		}
+		if !l.n.fresh.fresh() {
+			fence.exit(g)
+			l.n.refusedWhileStale(l.db, l.shard)
+			return nil, 0, l.handOff(ctx, errCatchingUp(l.n, l.db, l.shard))
+		}
+		// Checked inside the fence too: a hand-over waits for the writes
+		// that passed, and answers an etag that covers them.
+		if err := l.n.handingOver(l.db, l.shard); err != nil {
+			fence.exit(g)
+			return nil, 0, err
+		}
+		// And as the fence of a bucket's sender asked (see
+		// FenceSourceReplicas): it answers once the writes that passed
+		// have committed.
+		if err := l.n.sourceFences.refuse(l.db, l.shard, ops, func() *raftfsm.DatabaseRecord { return l.n.recordOf(l.db) }); err != nil {
+			fence.exit(g)
+			return nil, 0, err
+		}
+	}
+	covers, err := l.n.guardWrites(l.db, l.shard, ops, routed, held)
+	if err != nil {
+		fence.exit(g)
+		return nil, 0, err
+	}
+	res, err := l.s.WriteCovered(ctx, covers, ops)
+	var last uint64
+	for _, r := range res {
+		last = max(last, r.Etag)
+	}
+	if err == nil && last > 0 && l.rep != nil {
+		l.rep.Wrote(last) // before the fence lets a hand-off look
+	}
+	fence.exit(g)
+	return res, last, err
 }
 
 // handOffWait bounds how long a replica that refuses a routed write waits
@@ -575,7 +590,19 @@ func (l *localReplica) conflicts(_ context.Context, limit int) ([]storage.Confli
 }
 
 func (l *localReplica) migrate(ctx context.Context, b *resharding.Batch) error {
-	if err := resharding.ApplyBatch(ctx, l.s, b); err != nil {
+	note := func() {
+		if err := l.n.noteLastPass(lastPassNotice{DB: b.DB, Shard: b.Shard, Bucket: b.Bucket, MigrationIndex: b.MigrationIndex, ChangeVector: b.LastPass}); err != nil {
+			l.n.logger.Warn("last pass of a migration batch", "db", b.DB, "bucket", b.Bucket, "err", err)
+		}
+	}
+	var queued func()
+	if b.LastPass != "" {
+		// The sender's last pass, queued for the store: the bucket's
+		// writes may follow it into the queue (see passQueued), and
+		// share its commit.
+		queued = note
+	}
+	if err := resharding.ApplyBatch(ctx, l.s, b, queued); err != nil {
 		return err
 	}
 	if b.LastPass != "" {
@@ -584,9 +611,7 @@ func (l *localReplica) migrate(ctx context.Context, b *resharding.Batch) error {
 		// sender's next message, or for the record. The batch is stored
 		// either way: a notice that does not parse only loses the head
 		// start.
-		if err := l.n.noteLastPass(lastPassNotice{DB: b.DB, Shard: b.Shard, Bucket: b.Bucket, MigrationIndex: b.MigrationIndex, ChangeVector: b.LastPass}); err != nil {
-			l.n.logger.Warn("last pass of a migration batch", "db", b.DB, "bucket", b.Bucket, "err", err)
-		}
+		note()
 	}
 	return nil
 }

@@ -33,10 +33,14 @@ func (n *Node) recordOf(db string) *raftfsm.DatabaseRecord {
 // not get there.
 //
 // held is as for flipUnsettled.
-func (n *Node) guardWrites(db string, shard int, ops []storage.Op, routed uint64, held passHolder) error {
+//
+// It returns the conditions the write's commit must check (see
+// storage.Covers): those of the last passes held counts in before they
+// are stored.
+func (n *Node) guardWrites(db string, shard int, ops []storage.Op, routed uint64, held passHolder) ([]storage.Covers, error) {
 	rec := n.recordOf(db)
 	if rec == nil {
-		return notFound("DatabaseDoesNotExist", "database %q does not exist", db)
+		return nil, notFound("DatabaseDoesNotExist", "database %q does not exist", db)
 	}
 	if routed > rec.Etag && recordDecides(rec, shard, ops, opID) {
 		// The write waited for this node's record to reach the router's
@@ -46,19 +50,47 @@ func (n *Node) guardWrites(db string, shard int, ops []storage.Op, routed uint64
 		// not show the move as arriving yet (an explorer, with nodes
 		// restarting during moves back and forth). The router waits and
 		// tries again.
-		return errCatchingUp(n, db, shard)
+		return nil, errCatchingUp(n, db, shard)
 	}
 	for _, op := range ops {
 		if owner := rec.ShardOf(bucket.ForID(op.ID)); owner != shard {
-			return &apiError{Status: http.StatusMisdirectedRequest, Type: "BucketNotOwned",
+			return nil, &apiError{Status: http.StatusMisdirectedRequest, Type: "BucketNotOwned",
 				Msg:   fmt.Sprintf("shard %d does not own the bucket of %q (shard %d does, record etag %d)", shard, op.ID, owner, rec.Etag),
 				Owner: &ownerHint{Shard: owner, RecordEtag: rec.Etag}}
 		}
 	}
 	if b, ok := flipUnsettled(rec, shard, ops, opID, held); ok {
-		return errBucketArriving(db, shard, b)
+		return nil, errBucketArriving(db, shard, b)
 	}
-	return nil
+	return passConditions(rec, shard, ops, held), nil
+}
+
+// passConditions returns the conditions under which held counts in the
+// last passes of the buckets of ops arriving at shard (one per bucket).
+func passConditions(rec *raftfsm.DatabaseRecord, shard int, ops []storage.Op, held passHolder) []storage.Covers {
+	if held == nil || len(rec.Sharding.BucketMigrations) == 0 {
+		return nil
+	}
+	var covers []storage.Covers
+next:
+	for _, op := range ops {
+		b := bucket.ForID(op.ID)
+		m := arrivingMigration(rec, shard, b)
+		if m == nil {
+			continue
+		}
+		want, _ := held.lastPassIn(m)
+		if want == nil {
+			continue
+		}
+		for _, c := range covers {
+			if c.Bucket == b {
+				continue next
+			}
+		}
+		covers = append(covers, storage.Covers{Bucket: b, Version: want})
+	}
+	return covers
 }
 
 // recordDecides reports whether a record newer than rec (one a router
@@ -115,10 +147,27 @@ func flipUnsettled[T any](rec *raftfsm.DatabaseRecord, shard int, items []T, id 
 // documents-migrator one) whose sender has not recorded its last pass,
 // nor (held, if not nil) told it to the local replica, which holds it.
 func arriving(rec *raftfsm.DatabaseRecord, shard int, b uint32, held passHolder) bool {
+	m := arrivingMigration(rec, shard, b)
+	if m == nil {
+		return false
+	}
+	if held == nil {
+		return true
+	}
+	_, in := held.lastPassIn(m)
+	return !in
+}
+
+// arrivingMigration returns the migration (not a documents-migrator one)
+// that moves bucket b to shard, if its sender has not recorded its last
+// pass: nil if there is none.
+func arrivingMigration(rec *raftfsm.DatabaseRecord, shard int, b uint32) *raftfsm.BucketMigration {
 	m := rec.Sharding.BucketMigrations[b]
-	return m != nil && m.DestinationShard == shard && !m.Leftovers && m.FinalPass == nil &&
-		(m.Status == raftfsm.MigrationMoved || m.Status == raftfsm.MigrationOwnershipTransferred) &&
-		(held == nil || !held.holdsLastPass(m))
+	if m != nil && m.DestinationShard == shard && !m.Leftovers && m.FinalPass == nil &&
+		(m.Status == raftfsm.MigrationMoved || m.Status == raftfsm.MigrationOwnershipTransferred) {
+		return m
+	}
+	return nil
 }
 
 // errBucketArriving is the retryable refusal of a write into a bucket

@@ -33,11 +33,11 @@ func TestWriteGuardNamesOwnerAndWaitsForNewerRecord(t *testing.T) {
 	other := (owner + 1) % 3
 	ops := []storage.Op{{Kind: storage.OpPut, ID: id}}
 
-	if err := n.guardWrites("shop", owner, ops, 0, nil); err != nil {
+	if _, err := n.guardWrites("shop", owner, ops, 0, nil); err != nil {
 		t.Fatalf("owner refused: %v", err)
 	}
 	for _, routed := range []uint64{0, rec.Etag} {
-		err := n.guardWrites("shop", other, ops, routed, nil)
+		_, err := n.guardWrites("shop", other, ops, routed, nil)
 		var ae *apiError
 		if !errors.As(err, &ae) || ae.Type != "BucketNotOwned" || ae.Owner == nil {
 			t.Fatalf("non-owner routed by etag %d: %v, want BucketNotOwned naming the owner", routed, err)
@@ -50,7 +50,7 @@ func TestWriteGuardNamesOwnerAndWaitsForNewerRecord(t *testing.T) {
 	// a later committed state this node has not applied: the write waited
 	// for it (localReplica.write) and the guard, which sees it did not
 	// arrive, refuses it as catching up instead of trusting the router.
-	err := n.guardWrites("shop", other, ops, rec.Etag+1, nil)
+	_, err := n.guardWrites("shop", other, ops, rec.Etag+1, nil)
 	var ae *apiError
 	if !errors.As(err, &ae) || ae.Type != "ShardCatchingUp" || !servesSoon(err) {
 		t.Fatalf("write routed by a record this node lacks: %v, want a ShardCatchingUp the router waits out", err)

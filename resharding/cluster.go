@@ -177,8 +177,10 @@ type LastPassTimings struct {
 
 // ApplyBatch stores a migration batch on the destination replica s: each
 // item keeps its version and gets this replica's order plus the MOVE
-// marker; items already held are no-ops.
-func ApplyBatch(ctx context.Context, s *storage.Store, b *Batch) error {
+// marker; items already held are no-ops. queued, when not nil, runs once
+// the batch is in the store's commit queue (see storage.Store.WriteQueued),
+// and not at all for a batch with no items.
+func ApplyBatch(ctx context.Context, s *storage.Store, b *Batch, queued func()) error {
 	if len(b.Items) == 0 {
 		return nil // a last pass that sent nothing new: no commit
 	}
@@ -187,7 +189,7 @@ func ApplyBatch(ctx context.Context, s *storage.Store, b *Batch) error {
 		ops[i] = storage.Op{Kind: storage.OpMigrate, ID: it.ID, Collection: it.Collection, Body: it.Body, ChangeVector: it.ChangeVector,
 			LastModified: it.LastModified, Flags: it.Flags, MigrationIndex: b.MigrationIndex, DatabaseID: b.DatabaseID}
 	}
-	_, err := s.Write(ctx, ops)
+	_, err := s.WriteQueued(ctx, ops, queued)
 	return err
 }
 

@@ -149,10 +149,30 @@ const statsCacheMax = 1 << 16
 const maxRoundOps = 4096
 
 type writeReq struct {
-	ops  []Op
-	now  time.Time
-	resp chan writeResp
+	ops    []Op
+	covers []Covers
+	now    time.Time
+	resp   chan writeResp
 }
+
+// Covers is a condition a write group applies under: bucket Bucket's
+// merged version, counting every write committed before the group (those
+// earlier in its own commit round included), covers Version.
+//
+// Why: a bucket's new owner takes its writes only once it holds the
+// source's last pass (see the node's flip hold). A write that checked
+// that and then waited its own turn paid two fsyncs; one that enters the
+// queue right behind the pass, with the pass's version as its condition,
+// shares the pass's round and is refused (ErrNotCovered) only if the pass
+// did not get in first after all.
+type Covers struct {
+	Bucket  uint32
+	Version changevector.Vector
+}
+
+// ErrNotCovered refuses a write group whose Covers did not hold: nothing
+// of it was applied.
+var ErrNotCovered = errors.New("the bucket's version does not cover the required one")
 
 type writeResp struct {
 	results []Result
@@ -162,13 +182,34 @@ type writeResp struct {
 // Write applies ops atomically (all or none) and durably: it returns after
 // the fsync that made them durable. Concurrent calls share one fsync.
 func (s *Store) Write(ctx context.Context, ops []Op) ([]Result, error) {
-	req := &writeReq{ops: ops, now: time.Now().UTC(), resp: make(chan writeResp, 1)}
+	return s.write(ctx, nil, ops, nil)
+}
+
+// WriteCovered is Write under conditions: the group applies only if every
+// one of covers holds when its turn comes in the commit round, and fails
+// with ErrNotCovered otherwise.
+func (s *Store) WriteCovered(ctx context.Context, covers []Covers, ops []Op) ([]Result, error) {
+	return s.write(ctx, covers, ops, nil)
+}
+
+// WriteQueued is Write, calling queued once the group is in the
+// committer's queue: a group written after queued returned commits after
+// this one, in the same round or a later one.
+func (s *Store) WriteQueued(ctx context.Context, ops []Op, queued func()) ([]Result, error) {
+	return s.write(ctx, nil, ops, queued)
+}
+
+func (s *Store) write(ctx context.Context, covers []Covers, ops []Op, queued func()) ([]Result, error) {
+	req := &writeReq{ops: ops, covers: covers, now: time.Now().UTC(), resp: make(chan writeResp, 1)}
 	select {
 	case s.reqs <- req:
 	case <-s.done:
 		return nil, ErrClosed
 	case <-ctx.Done():
 		return nil, ctx.Err()
+	}
+	if queued != nil {
+		queued()
 	}
 	return s.answer(req)
 }
@@ -555,6 +596,15 @@ func (s *Store) cacheStats(stats map[uint32]*bucketState) {
 func (r *round) applyGroup(req *writeReq) writeResp {
 	g := &round{s: r.s, items: map[string]*pendingItem{}, stats: map[uint32]*bucketState{}, pinned: map[uint32]bool{}, progress: map[string]uint64{}, etag: r.etag, counters: r.counters, probe: r.probe,
 		bulk: len(req.ops) > writeThroughMaxOps}
+	for _, c := range req.covers {
+		st, err := g.bucketStats(r, c.Bucket)
+		if err != nil {
+			return writeResp{err: err}
+		}
+		if !st.cv.Covers(c.Version) {
+			return writeResp{err: fmt.Errorf("bucket %d holds version %q, not %q: %w", c.Bucket, st.cv.String(), c.Version.String(), ErrNotCovered)}
+		}
+	}
 	results := make([]Result, 0, len(req.ops))
 	for _, op := range req.ops {
 		res, err := g.apply(r, op, req.now)
