@@ -263,6 +263,7 @@ func (r *run) measureSpec(ctx context.Context, sp spec, systems []*sysRun) []Row
 	}
 	samples := make([]sample, len(systems))
 	errs := make([]error, len(systems))
+	caches := make([][]cacheCounts, len(systems)) // per round, where the system counts them
 	for round := range r.o.Rounds {
 		for i, s := range systems {
 			if s.skip != "" || errs[i] != nil || ctx.Err() != nil {
@@ -273,6 +274,13 @@ func (r *run) measureSpec(ctx context.Context, sp spec, systems []*sysRun) []Row
 				errs[i] = fmt.Errorf("dataset %s: %w", sp.dataset, err)
 				continue
 			}
+			cc, counts := st.ds.(cacheCounter)
+			var before cacheCounts
+			if counts {
+				if before, err = cc.cacheCounts(ctx); err != nil {
+					counts = false
+				}
+			}
 			res, err := runSpecRound(ctx, sp, st, r.o.Clients, ops, r.nextSeed())
 			if err != nil {
 				errs[i] = err
@@ -281,6 +289,13 @@ func (r *run) measureSpec(ctx context.Context, sp spec, systems []*sysRun) []Row
 			}
 			samples[i].addRound(res)
 			r.logRound(sp.name, s.sys.name(), round, res)
+			if counts && sp.mix.read > 0 {
+				if after, err := cc.cacheCounts(ctx); err == nil {
+					d := after.minus(before)
+					caches[i] = append(caches[i], d)
+					r.logf("%-12s %-10s round %d/%d: document cache %s", sp.name, s.sys.name(), round+1, r.o.Rounds, d)
+				}
+			}
 		}
 	}
 	rows := make([]Row, len(systems))
@@ -288,8 +303,36 @@ func (r *run) measureSpec(ctx context.Context, sp spec, systems []*sysRun) []Row
 		name := s.label
 		rows[i] = makeRow(sp.name, name, "ops/s", &samples[i], errs[i], s.skip)
 		rows[i].Note = noteFor(sp, name, r.o)
+		if len(caches[i]) > 0 {
+			parts := make([]string, len(caches[i]))
+			for j, c := range caches[i] {
+				parts[j] = c.String()
+			}
+			rows[i].Note += "; document cache per round: " + strings.Join(parts, ", ")
+		}
 	}
 	return rows
+}
+
+// cacheCounts is how a system's point reads were answered.
+type cacheCounts struct{ hits, misses uint64 }
+
+func (c cacheCounts) minus(o cacheCounts) cacheCounts {
+	return cacheCounts{c.hits - o.hits, c.misses - o.misses}
+}
+
+func (c cacheCounts) String() string {
+	if c.hits+c.misses == 0 {
+		return "no point reads"
+	}
+	return fmt.Sprintf("%.0f%% of %d point reads hit", 100*float64(c.hits)/float64(c.hits+c.misses), c.hits+c.misses)
+}
+
+// cacheCounter is a dataset whose system counts its point reads by cache
+// (shardnode's document cache): a GET row slower than usual says whether
+// it read Pebble.
+type cacheCounter interface {
+	cacheCounts(ctx context.Context) (cacheCounts, error)
 }
 
 func (r *run) logRound(workload, sys string, round int, res roundResult) {

@@ -120,6 +120,27 @@ func (d *shardnodeDataset) settled(ctx context.Context) (bool, error) {
 	return true, nil
 }
 
+// cacheCounts sums the shard replicas' document cache counts.
+func (d *shardnodeDataset) cacheCounts(ctx context.Context) (cacheCounts, error) {
+	var sum cacheCounts
+	for n := 0; n < d.sys.shards; n++ {
+		var buf bytes.Buffer
+		url := fmt.Sprintf("%s/databases/%s$%d/stats", d.sys.base, d.db, n)
+		if err := do(ctx, d.sys.hc, http.MethodGet, url, nil, http.StatusOK, &buf); err != nil {
+			return cacheCounts{}, fmt.Errorf("document cache counts: %w", err)
+		}
+		var st struct {
+			DocCache struct{ Hits, Misses uint64 }
+		}
+		if err := json.Unmarshal(buf.Bytes(), &st); err != nil {
+			return cacheCounts{}, fmt.Errorf("document cache counts of shard %d: %w", n, err)
+		}
+		sum.hits += st.DocCache.Hits
+		sum.misses += st.DocCache.Misses
+	}
+	return sum, nil
+}
+
 func (d *shardnodeDataset) drop(ctx context.Context) error {
 	var buf bytes.Buffer
 	url := d.sys.base + "/admin/databases/" + d.db

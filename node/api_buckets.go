@@ -75,6 +75,7 @@ func (n *Node) handleStats(w http.ResponseWriter, r *http.Request) {
 				"DatabaseId": st.DatabaseID, "Shard": t.shard, "Node": st.Node, "Replication": st.Replication,
 				"GroupCommit": map[string]any{"Commits": st.Commits, "CommittedOps": st.CommittedOps, "CommitMillis": st.CommitMillis, "SyncMillis": st.SyncMillis},
 				"Engine":      st.Engine,
+				"DocCache":    st.DocCache,
 			})
 			return nil
 		})

@@ -331,6 +331,8 @@ var (
 	descRerouted       = prometheus.NewDesc("shardnode_writes_rerouted", "Client writes this node routed that a shard refused after an ownership flip, then sent to the new owner, and the delay the refusal added (quantiles over the latest 4096).", []string{"db"}, nil)
 	descDocCacheBytes  = prometheus.NewDesc("shardnode_doc_cache_bytes", "Bytes the node's document cache holds.", nil, nil)
 	descDocCacheBudget = prometheus.NewDesc("shardnode_doc_cache_budget_bytes", "The document cache's budget.", nil, nil)
+	descDocCacheHits   = prometheus.NewDesc("shardnode_replica_doc_cache_hits_total", "Point reads of a local replica answered from the document cache.", []string{"db", "shard"}, nil)
+	descDocCacheMisses = prometheus.NewDesc("shardnode_replica_doc_cache_misses_total", "Point reads of a local replica that read Pebble (absent ids included).", []string{"db", "shard"}, nil)
 	descSendLimit      = prometheus.NewDesc("shardnode_resharding_send_limit_bytes_per_second", "The move bandwidth: bytes per second this node sends of the buckets it moves out (0: no limit).", nil, nil)
 	descSendWait       = prometheus.NewDesc("shardnode_resharding_send_wait_seconds_total", "Time the batches of buckets this node moves out waited for the move bandwidth.", nil, nil)
 )
@@ -410,6 +412,8 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descMemtable, float64(st.Engine.MemtableBytes), db, shard)
 		gauge(descL0, float64(st.Engine.L0Files), db, shard)
 		gauge(descDebt, float64(st.Engine.CompactionDebtBytes), db, shard)
+		counter(descDocCacheHits, float64(st.DocCache.Hits), db, shard)
+		counter(descDocCacheMisses, float64(st.DocCache.Misses), db, shard)
 		if r.rep == nil {
 			continue
 		}

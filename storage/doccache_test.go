@@ -124,6 +124,17 @@ func TestDocCacheHitsAndForgetsClosedStores(t *testing.T) {
 	if again.ChangeVector == "changed" {
 		t.Fatal("a caller's change to its document reached the cache")
 	}
+	// The store counts where its reads were answered: the written
+	// document four times from the cache, an absent id from Pebble each
+	// time (absence is not cached).
+	for range 2 {
+		if _, err := s.Get("nope"); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("absent id: %v", err)
+		}
+	}
+	if got := s.Stats().DocCache; got != (DocCacheStats{Hits: 4, Misses: 2}) {
+		t.Fatalf("cache counts %+v, want 4 hits and 2 misses", got)
+	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -349,5 +360,70 @@ func TestDocCacheKeepsReadDocumentsThroughAWriteLoad(t *testing.T) {
 	}
 	if held, _ := cache.Usage(); held > 100*1300 {
 		t.Fatalf("cache holds %d bytes over its budget", held)
+	}
+}
+
+// TestDocCacheWritesDoNotPushOutWhatIsRead: documents written and never
+// read, in the same store and in another, are evicted before any document
+// being read, however many are written; the unread queue stays in
+// proportion to what it names.
+func TestDocCacheWritesDoNotPushOutWhatIsRead(t *testing.T) {
+	ctx := context.Background()
+	cache := NewDocCache(1 << 20)
+	open := func(tag string) *Store {
+		s, err := Open(Options{Dir: t.TempDir(), NodeTag: tag, DocCache: cache})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	read, other := open("A"), open("B")
+	body := `{"f":"` + strings.Repeat("x", 1000) + `"}`
+	const kept = 300 // ~350 KiB with their keys and metadata: a third of the budget
+	for i := range kept {
+		id := fmt.Sprintf("read/%d", i)
+		if _, err := read.Write(ctx, []Op{put(id, body)}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := read.Get(id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 3000 { // three times the budget, into both stores
+		s := other
+		if i%2 == 0 {
+			s = read
+		}
+		if _, err := s.Write(ctx, []Op{put(fmt.Sprintf("written/%d", i), body)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := read.Stats().DocCache
+	for i := range kept {
+		if _, err := read.Get(fmt.Sprintf("read/%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := read.Stats().DocCache; got.Hits-before.Hits != kept {
+		t.Fatalf("%d of the %d documents being read were still cached after the writes", got.Hits-before.Hits, kept)
+	}
+	if n := cache.size.Load(); n > cache.max || n != read.docs.size.Load()+other.docs.size.Load() {
+		t.Fatalf("cache holds %d bytes, its parts %d and %d, budget %d", n, read.docs.size.Load(), other.docs.size.Load(), cache.max)
+	}
+	for _, s := range []*Store{read, other} {
+		p := s.docs
+		p.mu.Lock()
+		unread := 0
+		for _, e := range p.m {
+			if e.unread {
+				unread++
+			}
+		}
+		queued := len(p.unread) - p.unreadHead
+		p.mu.Unlock()
+		if int64(unread) != p.nUnread.Load() || queued > 2*unread+1024 {
+			t.Fatalf("%d unread entries, counted %d, %d keys queued", unread, p.nUnread.Load(), queued)
+		}
 	}
 }

@@ -462,6 +462,19 @@ type Stats struct {
 	// Engine is what Pebble reports of the replica's files and background
 	// work: what an operator looks at when writes or a move slow down.
 	Engine EngineStats `json:"Engine"`
+	// DocCache counts the replica's point reads by where they were
+	// answered: a GET row slower than usual with many misses is reading
+	// Pebble, not waiting on the API.
+	DocCache DocCacheStats `json:"DocCache"`
+}
+
+// DocCacheStats counts one replica's point reads (documents and
+// tombstones by id) by the node's document cache.
+type DocCacheStats struct {
+	// Hits were answered from the cache, Misses read Pebble (a read of
+	// an id that does not exist is a miss: absence is not cached).
+	Hits   uint64 `json:"Hits"`
+	Misses uint64 `json:"Misses"`
 }
 
 // EngineStats are Pebble's figures for one replica.
@@ -497,6 +510,7 @@ func (s *Store) Stats() Stats {
 		CommitMillis:    float64(s.commitNanos) / 1e6,
 		SyncMillis:      float64(s.syncNanos) / 1e6,
 		Engine:          s.engineStats(),
+		DocCache:        s.docs.counts(),
 	}
 }
 
