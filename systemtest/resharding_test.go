@@ -223,6 +223,20 @@ func TestWritersDuringBackAndForthMoves(t *testing.T) {
 			}
 		}()
 	}
+	// The moves are of a bucket that holds documents: one started before
+	// the first write committed flips the bucket as empty, in bulk, and a
+	// write racing that flip is left on the source for the documents
+	// migrator (TestWritesRacingAnEmptyBucketFlipAreMovedPromptly), which
+	// the checks below do not wait for (seen once in 45 runs: every move
+	// over in 30 ms, before any write).
+	testcluster.WaitFor(t, 10*time.Second, "the writers' first acknowledged writes", func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(acked) < 100 {
+			return fmt.Errorf("%d ids acknowledged", len(acked))
+		}
+		return nil
+	})
 	leftovers := followLeftovers(t, A, "db", b)
 	members := shardMembers(t, A, "db")
 	shards := []int{(home + 1) % 3, home, (home + 2) % 3, home}
