@@ -331,39 +331,23 @@ func (c *DocCache) evict() {
 // pickUnread returns a part holding unread entries, with a chance in
 // proportion to how many, or nil if none does.
 func (c *DocCache) pickUnread() *docShard {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var total int64
-	for p := range c.parts {
-		total += max(p.nUnread.Load(), 0)
-	}
-	if total == 0 {
-		return nil
-	}
-	r := rand.Int64N(total)
-	var last *docShard
-	for p := range c.parts {
-		n := max(p.nUnread.Load(), 0)
-		if n == 0 {
-			continue
-		}
-		if r < n {
-			return p
-		}
-		r -= n
-		last = p
-	}
-	return last // counts moved while we summed them
+	return c.pickBy(func(p *docShard) int64 { return p.nUnread.Load() })
 }
 
 // pick returns a part with a chance in proportion to its size, or nil if
 // every part is empty.
 func (c *DocCache) pick() *docShard {
+	return c.pickBy(func(p *docShard) int64 { return p.size.Load() })
+}
+
+// pickBy returns a part with a chance in proportion to its weight, or nil
+// if every weight is 0.
+func (c *DocCache) pickBy(weight func(*docShard) int64) *docShard {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var total int64
 	for p := range c.parts {
-		total += max(p.size.Load(), 0)
+		total += max(weight(p), 0)
 	}
 	if total == 0 {
 		return nil
@@ -371,7 +355,7 @@ func (c *DocCache) pick() *docShard {
 	r := rand.Int64N(total)
 	var last *docShard
 	for p := range c.parts {
-		n := max(p.size.Load(), 0)
+		n := max(weight(p), 0)
 		if n == 0 {
 			continue
 		}
@@ -381,5 +365,5 @@ func (c *DocCache) pick() *docShard {
 		r -= n
 		last = p
 	}
-	return last // sizes moved while we summed them
+	return last // weights moved while we summed them
 }
