@@ -92,6 +92,9 @@ type Node struct {
 	// sourceFences are buckets whose senders told this node of their flip
 	// before it applied it (see FenceSourceReplicas).
 	sourceFences sourceFences
+	// spanLeases are the empty spans this node's source replicas leased
+	// to the resharding driver before their bulk flip (see opSpanLease).
+	spanLeases spanLeases
 	// staleRefusals: a replica refused a routed write while this node was
 	// not fresh (see refusedWhileStale); the next confirmation catches
 	// the replicas up first.
@@ -196,6 +199,7 @@ func Start(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Nod
 	n.registerMigrationRPC()
 	n.registerLastPassRPC()
 	n.registerSourceFenceRPC()
+	n.rpcHandlers[opSpanLease] = n.serveSpanLease
 	if _, err := n.serveRPC(runCtx); err != nil {
 		return nil, err
 	}

@@ -328,6 +328,12 @@ func (l *localReplica) commit(ctx context.Context, ops []storage.Op, routed uint
 			fence.exit(g)
 			return nil, 0, err
 		}
+		// And as the resharding driver asked before flipping empty
+		// buckets in bulk (see opSpanLease).
+		if err := l.n.spanLeases.refuse(l.db, l.shard, ops, func() *raftfsm.DatabaseRecord { return l.n.recordOf(l.db) }); err != nil {
+			fence.exit(g)
+			return nil, 0, err
+		}
 	}
 	covers, err := l.n.guardWrites(l.db, l.shard, ops, routed, held)
 	if err != nil {

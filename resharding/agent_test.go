@@ -43,6 +43,23 @@ type fakeCluster struct {
 	lease       []PeerLease
 	leaseAsks   []leaseAsk
 	fenceLeases [][]PeerLease
+	// spanHeld is what LeaseEmptySpans answers; spanAsks records the
+	// spans of each call, with how many commands had been proposed before.
+	spanHeld []uint32
+	spanAsks []spanAsk
+}
+
+// spanAsk is one LeaseEmptySpans call.
+type spanAsk struct {
+	spans    []raftfsm.BucketSpan
+	proposed int
+}
+
+func (c *fakeCluster) LeaseEmptySpans(_ context.Context, _ string, _, _ int, spans []raftfsm.BucketSpan, _ uint64) []uint32 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.spanAsks = append(c.spanAsks, spanAsk{spans: slices.Clone(spans), proposed: len(c.proposed)})
+	return slices.Clone(c.spanHeld)
 }
 
 // leaseAsk is one LeaseSourceReplicas call: its migration and record,

@@ -41,8 +41,11 @@ type queueKey struct {
 	shard int
 }
 
-// maxSpansPerCommand bounds one MoveEmptyBuckets command.
-const maxSpansPerCommand = 20000
+// MaxLeaseSpans bounds the spans of one MoveEmptyBuckets command, and of
+// the lease on them that the driver asks of the source's replicas first
+// (Cluster.LeaseEmptySpans): about 26 bytes each as JSON, well within a
+// bus message.
+const MaxLeaseSpans = 4096
 
 // NewDriver starts a driver; dbs lists the databases to watch.
 func NewDriver(c Cluster, dbs func() []string, logger *slog.Logger) *Driver {
@@ -256,17 +259,58 @@ func (d *Driver) refill(ctx context.Context, db string, rec *raftfsm.DatabaseRec
 	key := queueKey{op.ID, src}
 	d.racers[key] = append(d.racers[key], empty...)
 	for len(empty) > 0 {
-		n := min(len(empty), maxSpansPerCommand)
+		n := min(len(empty), MaxLeaseSpans)
+		chunk := empty[:n]
+		empty = empty[n:]
+		// The source's replicas refuse writes into the chunk from now
+		// until they apply its flip, and name its buckets that took some
+		// since the statistics were read: those move one at a time, and
+		// no acknowledged write is left behind on the source for the
+		// flip (where the new owner would not see it until it is moved).
+		if held := d.c.LeaseEmptySpans(ctx, db, src, op.ToShard, chunk, rec.Etag); len(held) > 0 {
+			d.logger.Debug("empty buckets took writes before their flip; they move one at a time", "db", db, "source", src, "buckets", len(held))
+			for _, b := range held {
+				if inSpans(chunk, b) {
+					q = append(q, b)
+				}
+			}
+			chunk = withoutBuckets(chunk, held)
+			if len(chunk) == 0 {
+				continue
+			}
+		}
 		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		err := d.c.Propose(pctx, &raftfsm.MoveEmptyBuckets{Meta: raftfsm.Meta{At: time.Now().UTC()}, Database: db, SourceShard: src,
-			DestinationShard: op.ToShard, Spans: empty[:n], OperationID: op.ID})
+			DestinationShard: op.ToShard, Spans: chunk, OperationID: op.ID})
 		cancel()
 		if err != nil && !errors.Is(err, raftfsm.ErrConflict) {
 			return nil, err
 		}
-		empty = empty[n:]
 	}
 	return q, nil
+}
+
+// withoutBuckets returns spans (ascending, disjoint) less the buckets of
+// held (ascending), split around them.
+func withoutBuckets(spans []raftfsm.BucketSpan, held []uint32) []raftfsm.BucketSpan {
+	out := make([]raftfsm.BucketSpan, 0, len(spans)+len(held))
+	i := 0
+	for _, sp := range spans {
+		for i < len(held) && held[i] < sp.From {
+			i++
+		}
+		from := sp.From
+		for ; i < len(held) && held[i] <= sp.To; i++ {
+			if held[i] > from {
+				out = append(out, raftfsm.BucketSpan{From: from, To: held[i] - 1})
+			}
+			from = held[i] + 1
+		}
+		if from <= sp.To { // buckets are below 2^20: from never wraps
+			out = append(out, raftfsm.BucketSpan{From: from, To: sp.To})
+		}
+	}
+	return out
 }
 
 // moveRacer starts a leftovers migration for the first bucket of spans

@@ -1,10 +1,15 @@
 package resharding
 
 import (
+	"context"
+	"log/slog"
+	"maps"
+	"slices"
 	"testing"
 
 	"pgregory.net/rapid"
 
+	"github.com/shardnode/shardnode/bucket"
 	"github.com/shardnode/shardnode/raftfsm"
 )
 
@@ -28,4 +33,67 @@ func TestInSpans(t *testing.T) {
 			t.Fatalf("inSpans(%v, %d) = %v", spans, b, got)
 		}
 	})
+}
+
+// TestWithoutBuckets: spans less held cover exactly the buckets of spans
+// not in held, ascending, disjoint, none empty.
+func TestWithoutBuckets(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		var spans []raftfsm.BucketSpan
+		at := uint32(0)
+		for range rapid.IntRange(0, 10).Draw(t, "n") {
+			from := at + uint32(rapid.IntRange(0, 5).Draw(t, "gap"))
+			to := from + uint32(rapid.IntRange(0, 8).Draw(t, "len"))
+			spans = append(spans, raftfsm.BucketSpan{From: from, To: to})
+			at = to + 1
+		}
+		set := map[uint32]bool{}
+		for range rapid.IntRange(0, 15).Draw(t, "held") {
+			set[uint32(rapid.IntRange(0, 120).Draw(t, "b"))] = true
+		}
+		held := slices.Sorted(maps.Keys(set))
+		got := withoutBuckets(spans, held)
+		for i, sp := range got {
+			if sp.From > sp.To || (i > 0 && sp.From <= got[i-1].To) {
+				t.Fatalf("withoutBuckets(%v, %v) = %v: not ascending disjoint ranges", spans, held, got)
+			}
+		}
+		for b := uint32(0); b <= 130; b++ {
+			if want := inSpans(spans, b) && !set[b]; inSpans(got, b) != want {
+				t.Fatalf("withoutBuckets(%v, %v) = %v: bucket %d in it %v, want %v", spans, held, got, b, !want, want)
+			}
+		}
+	})
+}
+
+// TestRefillLeasesEmptySpansBeforeTheirFlip: the empty buckets of an
+// operation's range are leased on the source before the command that
+// flips them is proposed, and a bucket the source's replicas say took
+// writes since its statistics were read is left out of the flip and
+// queued to move one at a time.
+func TestRefillLeasesEmptySpansBeforeTheirFlip(t *testing.T) {
+	rec := &raftfsm.DatabaseRecord{DatabaseName: "db", DatabaseID: "dbid", Etag: 40}
+	rec.Sharding.BucketRanges = bucket.Ranges{{BucketRangeStart: 0, ShardNumber: 0}, {BucketRangeStart: 1000, ShardNumber: 1}}
+	op := &raftfsm.ReshardingOperation{ID: "op", FromBucket: 10, ToBucket: 20, ToShard: 1, Status: raftfsm.OperationRunning}
+	c := &fakeCluster{rec: rec, spanHeld: []uint32{15, 500}} // 500: outside the spans asked
+	d := &Driver{c: c, logger: slog.New(slog.DiscardHandler), queued: map[queueKey][]uint32{}, racers: map[queueKey][]raftfsm.BucketSpan{}}
+	q, err := d.refill(context.Background(), "db", rec, op, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(q, []uint32{15}) {
+		t.Fatalf("queued %v, want the bucket that took writes, 15", q)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.spanAsks) != 1 || c.spanAsks[0].proposed != 0 || !slices.Equal(c.spanAsks[0].spans, []raftfsm.BucketSpan{{From: 10, To: 20}}) {
+		t.Fatalf("leases asked %+v, want 10-20 once, before any proposal", c.spanAsks)
+	}
+	if len(c.proposed) != 1 {
+		t.Fatalf("proposed %d commands, want one flip", len(c.proposed))
+	}
+	mv, ok := c.proposed[0].(*raftfsm.MoveEmptyBuckets)
+	if !ok || !slices.Equal(mv.Spans, []raftfsm.BucketSpan{{From: 10, To: 14}, {From: 16, To: 20}}) || mv.DestinationShard != 1 {
+		t.Fatalf("proposed %+v, want the spans 10-14 and 16-20 flipped to shard 1", c.proposed[0])
+	}
 }

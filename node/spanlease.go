@@ -1,0 +1,213 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/shardnode/shardnode/bucket"
+	"github.com/shardnode/shardnode/raftfsm"
+	"github.com/shardnode/shardnode/resharding"
+	"github.com/shardnode/shardnode/storage"
+)
+
+// A resharding operation flips the buckets of its range that hold nothing
+// in bulk (MoveEmptyBuckets), with no migration and so no last pass. A
+// write that passed the source's write guard just before such a flip, or
+// committed between the driver's reading of the source's statistics and
+// the flip, stayed on the source: readable through the new owner only
+// once the driver or the documents migrator moved it, seconds later (an
+// acknowledged document answered 404 meanwhile). So before it proposes a
+// flip, the driver asks each replica of the source shard for a lease on
+// the spans (opSpanLease): from then on the replica refuses routed writes
+// into them with the retryable BucketLeaving until its node applies the
+// flip (when the write guard names the new owner), for at most
+// sourceLeaseWindow; it waits for the writes it has in flight, and answers
+// the buckets of the spans it holds items in, which the driver then moves
+// one at a time instead.
+
+// opSpanLease asks a source replica for a lease on empty spans about to
+// flip in bulk. A distinct op: an older node answers it unknown, and its
+// writes into the spans stay leftovers that the driver moves, as before.
+const opSpanLease = "migration.span-lease"
+
+// spanLeaseRequest is opSpanLease's request: the source shard's spans, the
+// shard they flip to and the etag of the record the driver read them by.
+type spanLeaseRequest struct {
+	DB         string               `json:"Db"`
+	Shard      int                  `json:"Shard"`
+	To         int                  `json:"To"`
+	Spans      []raftfsm.BucketSpan `json:"Spans"`
+	RecordEtag uint64               `json:"RecordEtag"`
+}
+
+// spanLeaseReply is opSpanLease's answer: the buckets of the spans the
+// replica holds items in.
+type spanLeaseReply struct {
+	Held []uint32 `json:"Held"`
+}
+
+// spanLeases are the leases this node's source replicas gave on spans
+// about to flip in bulk.
+type spanLeases struct {
+	n  atomic.Int32 // len(m): every routed write asks, and it is nearly always 0
+	mu sync.Mutex
+	m  []spanLease
+}
+
+// spanLease is one lease: a shard's spans (ascending, disjoint), where
+// they go, and until when it holds.
+type spanLease struct {
+	db    string
+	shard int
+	to    int
+	spans []raftfsm.BucketSpan
+	until time.Time
+}
+
+func (f *spanLeases) add(l spanLease) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	l.until = time.Now().Add(sourceLeaseWindow)
+	f.m = append(f.m, l)
+	f.n.Store(int32(len(f.m)))
+}
+
+// refuse returns BucketLeaving for a write whose op falls in a leased span
+// of db's shard that db's record (record, asked only when a lease is held)
+// still gives to that shard: once the record shows the span flipped, the
+// write guard refuses it, naming the new owner. A lease ends at its
+// window's end, or once the record shows its first span flipped (the
+// spans of a lease flip in one command).
+func (f *spanLeases) refuse(db string, shard int, ops []storage.Op, record func() *raftfsm.DatabaseRecord) error {
+	if f.n.Load() == 0 {
+		return nil
+	}
+	rec := record()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := time.Now()
+	f.m = slices.DeleteFunc(f.m, func(l spanLease) bool {
+		return now.After(l.until) || (l.db == db && (rec == nil || rec.ShardOf(l.spans[0].From) != l.shard))
+	})
+	f.n.Store(int32(len(f.m)))
+	if rec == nil {
+		return nil
+	}
+	for _, l := range f.m {
+		if l.db != db || l.shard != shard {
+			continue
+		}
+		for _, op := range ops {
+			if b := bucket.ForID(op.ID); spansHold(l.spans, b) && rec.ShardOf(b) == shard {
+				return &apiError{Status: http.StatusServiceUnavailable, Type: "BucketLeaving",
+					Msg: fmt.Sprintf("bucket %d of %q is leaving shard %d for shard %d, with the empty buckets around it, in one step; try again shortly", b, db, shard, l.to)}
+			}
+		}
+	}
+	return nil
+}
+
+// spansHold reports whether b lies in spans (ascending and disjoint).
+func spansHold(spans []raftfsm.BucketSpan, b uint32) bool {
+	i := sort.Search(len(spans), func(i int) bool { return spans[i].To >= b })
+	return i < len(spans) && spans[i].From <= b
+}
+
+// serveSpanLease is a source replica's side of opSpanLease: from the
+// lease on, routed writes into the spans are refused as leaving; the
+// fence lets those that passed before commit, and the answer names the
+// buckets of the spans that hold items, theirs included.
+func (n *Node) serveSpanLease(ctx context.Context, data []byte) (any, error) {
+	var req spanLeaseRequest
+	if err := json.Unmarshal(data, &req); err != nil {
+		return nil, badRequest("decode span lease request: %v", err)
+	}
+	return n.leaseSpans(ctx, req)
+}
+
+func (n *Node) leaseSpans(ctx context.Context, req spanLeaseRequest) (spanLeaseReply, error) {
+	if len(req.Spans) == 0 || len(req.Spans) > resharding.MaxLeaseSpans {
+		return spanLeaseReply{}, badRequest("span lease of %d spans: want 1 to %d", len(req.Spans), resharding.MaxLeaseSpans)
+	}
+	for i, sp := range req.Spans {
+		if sp.From > sp.To || sp.To >= bucket.Count || (i > 0 && sp.From <= req.Spans[i-1].To) {
+			return spanLeaseReply{}, badRequest("span lease: span %d (%d-%d) is not a range of buckets after the one before", i, sp.From, sp.To)
+		}
+	}
+	l, err := n.local(req.DB, req.Shard)
+	if err != nil {
+		return spanLeaseReply{}, err
+	}
+	n.spanLeases.add(spanLease{db: req.DB, shard: req.Shard, to: req.To, spans: req.Spans})
+	if err := n.replicas.fence(l.db, l.shard).wait(ctx); err != nil {
+		return spanLeaseReply{}, fmt.Errorf("fence shard %d of %q for a span lease: %w", l.shard, l.db, err)
+	}
+	out := spanLeaseReply{Held: []uint32{}}
+	err = l.s.RangeStats(req.Spans[0].From, req.Spans[len(req.Spans)-1].To, func(st storage.BucketStats) error {
+		if st.DocumentsCount+st.TombstonesCount > 0 && spansHold(req.Spans, st.Bucket) {
+			out.Held = append(out.Held, st.Bucket)
+		}
+		return nil
+	})
+	if err != nil {
+		return spanLeaseReply{}, fmt.Errorf("span lease on shard %d of %q: %w", l.shard, l.db, err)
+	}
+	return out, nil
+}
+
+// LeaseEmptySpans asks every reachable replica of db's shard for a lease
+// on spans (opSpanLease), all at once, and returns the buckets of the
+// spans that those that answered within sourceFenceAsk hold items in.
+func (c reshardCluster) LeaseEmptySpans(ctx context.Context, db string, shard, to int, spans []raftfsm.BucketSpan, recordEtag uint64) []uint32 {
+	n := c.n
+	rec := n.recordOf(db)
+	if rec == nil || rec.Sharding.Shards[shard] == nil || len(spans) == 0 {
+		return nil
+	}
+	req := spanLeaseRequest{DB: db, Shard: shard, To: to, Spans: spans, RecordEtag: recordEtag}
+	var mu sync.Mutex
+	held := map[uint32]bool{}
+	var wg sync.WaitGroup
+	for _, tag := range rec.Sharding.Shards[shard].Members {
+		if tag != n.cfg.Node.Tag && !n.health.up(tag) {
+			continue
+		}
+		wg.Go(func() {
+			actx, cancel := context.WithTimeout(ctx, sourceFenceAsk)
+			defer cancel()
+			var r spanLeaseReply
+			var err error
+			if tag == n.cfg.Node.Tag {
+				r, err = n.leaseSpans(actx, req)
+			} else {
+				err = n.call(actx, tag, opSpanLease, req, &r)
+			}
+			if err != nil {
+				if !isUnknownOp(err) && ctx.Err() == nil {
+					n.logger.Info("source replica gave no lease on empty buckets about to flip; a write it takes into them is moved after the flip",
+						"db", db, "shard", shard, "member", tag, "err", err)
+				}
+				return
+			}
+			mu.Lock()
+			for _, b := range r.Held {
+				held[b] = true
+			}
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	out := make([]uint32, 0, len(held))
+	for b := range held {
+		out = append(out, b)
+	}
+	slices.Sort(out)
+	return out
+}

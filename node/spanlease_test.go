@@ -1,0 +1,85 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/shardnode/shardnode/bucket"
+	"github.com/shardnode/shardnode/raftfsm"
+	"github.com/shardnode/shardnode/storage"
+)
+
+// TestSpanLeaseRefusesWritesIntoEmptySpansUntilTheirFlip: a source
+// replica that leased spans about to flip in bulk names those of their
+// buckets that hold items, refuses routed writes into the others with a
+// retryable BucketLeaving (and writes outside the spans not), and once its
+// record shows the flip, the write guard decides: the new owner is named.
+func TestSpanLeaseRefusesWritesIntoEmptySpansUntilTheirFlip(t *testing.T) {
+	n := testNode(t, t.TempDir())
+	c := client{t, n.HTTPURL()}
+	c.must(201, "PUT", "/admin/databases/db", `{"Shards": 2}`)
+	rec := n.recordOf("db")
+	// Two ids of shard 0 in different buckets: one written before the
+	// lease, one whose bucket stays empty; and one of shard 0 outside
+	// the spans.
+	var full, empty, outside string
+	for i := 0; full == "" || empty == "" || outside == ""; i++ {
+		id := fmt.Sprintf("users/%d", i)
+		b := bucket.ForID(id)
+		switch {
+		case rec.ShardOf(b) != 0:
+		case full == "":
+			full = id
+		case empty == "" && b != bucket.ForID(full):
+			empty = id
+		case outside == "" && b != bucket.ForID(full) && b != bucket.ForID(empty):
+			outside = id
+		}
+	}
+	c.must(201, "PUT", "/databases/db/docs?id="+full, `{"v":1}`)
+	bf, be := bucket.ForID(full), bucket.ForID(empty)
+	spans := []raftfsm.BucketSpan{{From: min(bf, be), To: min(bf, be)}, {From: max(bf, be), To: max(bf, be)}}
+	ctx := context.Background()
+	r, err := n.leaseSpans(ctx, spanLeaseRequest{DB: "db", Shard: 0, To: 1, Spans: spans, RecordEtag: rec.Etag})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(r.Held, []uint32{bf}) {
+		t.Fatalf("the lease names %v as holding items, want %d", r.Held, bf)
+	}
+	l, err := n.local("db", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.routed = true
+	put := func(id string) error {
+		_, err := l.write(ctx, []storage.Op{{Kind: storage.OpPut, ID: id, Body: []byte(`{"v":2}`)}}, writeConcern{Replicas: 1, Timeout: time.Second}, 0)
+		return err
+	}
+	var ae *apiError
+	if err := put(empty); !errors.As(err, &ae) || ae.Type != "BucketLeaving" || !servesSoon(err) {
+		t.Fatalf("a write into a leased empty bucket: %v, want a retryable BucketLeaving", err)
+	}
+	if err := put(outside); err != nil {
+		t.Fatalf("a write outside the leased spans: %v", err)
+	}
+	// The flip: from then on the write guard names the new owner.
+	if err := n.propose(ctx, &raftfsm.MoveEmptyBuckets{Meta: raftfsm.Meta{At: time.Now().UTC()}, Database: "db", SourceShard: 0, DestinationShard: 1,
+		Spans: []raftfsm.BucketSpan{{From: be, To: be}}, OperationID: "op"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := put(empty); !errors.As(err, &ae) || ae.Type != "BucketNotOwned" || ae.Owner == nil || ae.Owner.Shard != 1 {
+		t.Fatalf("a write into the flipped bucket: %v, want BucketNotOwned naming shard 1", err)
+	}
+	c.must(201, "PUT", "/databases/db/docs?id="+empty, `{"v":3}`) // routed to its new owner
+	// Bad leases change nothing.
+	for _, bad := range [][]raftfsm.BucketSpan{nil, {{From: 5, To: 4}}, {{From: 1, To: 3}, {From: 3, To: 4}}, {{From: 0, To: bucket.Count}}} {
+		if _, err := n.leaseSpans(ctx, spanLeaseRequest{DB: "db", Shard: 0, To: 1, Spans: bad}); !errors.As(err, &ae) || ae.Status != 400 {
+			t.Fatalf("lease of spans %v: %v, want a 400", bad, err)
+		}
+	}
+}
