@@ -58,20 +58,22 @@ type spanLeaseReply struct {
 type spanLeases struct {
 	n  atomic.Int32 // len(m): every routed write asks, and it is nearly always 0
 	mu sync.Mutex
-	m  []spanLease
+	m  []*spanLease
 }
 
 // spanLease is one lease: a shard's spans (ascending, disjoint), where
-// they go, and until when it holds.
+// they go, until when it holds, and the etag of the record it was last
+// checked against (see refuse).
 type spanLease struct {
-	db    string
-	shard int
-	to    int
-	spans []raftfsm.BucketSpan
-	until time.Time
+	db      string
+	shard   int
+	to      int
+	spans   []raftfsm.BucketSpan
+	until   time.Time
+	checked uint64
 }
 
-func (f *spanLeases) add(l spanLease) {
+func (f *spanLeases) add(l *spanLease) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	l.until = time.Now().Add(sourceLeaseWindow)
@@ -79,12 +81,28 @@ func (f *spanLeases) add(l spanLease) {
 	f.n.Store(int32(len(f.m)))
 }
 
+// narrow takes buckets out of lease l: the replica found items in them,
+// and the driver moves them one at a time instead of flipping them.
+func (f *spanLeases) narrow(l *spanLease, held []uint32) {
+	if len(held) == 0 {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	l.spans = resharding.WithoutBuckets(l.spans, held)
+	if len(l.spans) == 0 {
+		f.m = slices.DeleteFunc(f.m, func(o *spanLease) bool { return o == l })
+		f.n.Store(int32(len(f.m)))
+	}
+}
+
 // refuse returns BucketLeaving for a write whose op falls in a leased span
 // of db's shard that db's record (record, asked only when a lease is held)
 // still gives to that shard: once the record shows the span flipped, the
 // write guard refuses it, naming the new owner. A lease ends at its
-// window's end, or once the record shows its first span flipped (the
-// spans of a lease flip in one command).
+// window's end, or once the record shows any of its spans flipped: the
+// driver flips a lease's spans in one command, less the buckets some
+// replica found written, which must not wait for the window.
 func (f *spanLeases) refuse(db string, shard int, ops []storage.Op, record func() *raftfsm.DatabaseRecord) error {
 	if f.n.Load() == 0 {
 		return nil
@@ -93,8 +111,15 @@ func (f *spanLeases) refuse(db string, shard int, ops []storage.Op, record func(
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	now := time.Now()
-	f.m = slices.DeleteFunc(f.m, func(l spanLease) bool {
-		return now.After(l.until) || (l.db == db && (rec == nil || rec.ShardOf(l.spans[0].From) != l.shard))
+	f.m = slices.DeleteFunc(f.m, func(l *spanLease) bool {
+		if now.After(l.until) || (l.db == db && rec == nil) {
+			return true
+		}
+		if l.db != db || rec.Etag == l.checked {
+			return false
+		}
+		l.checked = rec.Etag
+		return slices.ContainsFunc(l.spans, func(sp raftfsm.BucketSpan) bool { return rec.ShardOf(sp.From) != l.shard })
 	})
 	f.n.Store(int32(len(f.m)))
 	if rec == nil {
@@ -145,7 +170,8 @@ func (n *Node) leaseSpans(ctx context.Context, req spanLeaseRequest) (spanLeaseR
 	if err != nil {
 		return spanLeaseReply{}, err
 	}
-	n.spanLeases.add(spanLease{db: req.DB, shard: req.Shard, to: req.To, spans: req.Spans})
+	lease := &spanLease{db: req.DB, shard: req.Shard, to: req.To, spans: req.Spans}
+	n.spanLeases.add(lease)
 	if err := n.replicas.fence(l.db, l.shard).wait(ctx); err != nil {
 		return spanLeaseReply{}, fmt.Errorf("fence shard %d of %q for a span lease: %w", l.shard, l.db, err)
 	}
@@ -159,6 +185,7 @@ func (n *Node) leaseSpans(ctx context.Context, req spanLeaseRequest) (spanLeaseR
 	if err != nil {
 		return spanLeaseReply{}, fmt.Errorf("span lease on shard %d of %q: %w", l.shard, l.db, err)
 	}
+	n.spanLeases.narrow(lease, out.Held)
 	return out, nil
 }
 

@@ -67,6 +67,11 @@ func TestSpanLeaseRefusesWritesIntoEmptySpansUntilTheirFlip(t *testing.T) {
 	if err := put(outside); err != nil {
 		t.Fatalf("a write outside the leased spans: %v", err)
 	}
+	// The bucket it named is left out of the flip, and out of the lease:
+	// its writes do not wait for the lease's window.
+	if err := put(full); err != nil {
+		t.Fatalf("a write into the leased bucket that holds items: %v", err)
+	}
 	// The flip: from then on the write guard names the new owner.
 	if err := n.propose(ctx, &raftfsm.MoveEmptyBuckets{Meta: raftfsm.Meta{At: time.Now().UTC()}, Database: "db", SourceShard: 0, DestinationShard: 1,
 		Spans: []raftfsm.BucketSpan{{From: be, To: be}}, OperationID: "op"}); err != nil {
@@ -76,6 +81,9 @@ func TestSpanLeaseRefusesWritesIntoEmptySpansUntilTheirFlip(t *testing.T) {
 		t.Fatalf("a write into the flipped bucket: %v, want BucketNotOwned naming shard 1", err)
 	}
 	c.must(201, "PUT", "/databases/db/docs?id="+empty, `{"v":3}`) // routed to its new owner
+	if n.spanLeases.n.Load() != 0 {
+		t.Fatalf("%d span leases left after their flip", n.spanLeases.n.Load())
+	}
 	// Bad leases change nothing.
 	for _, bad := range [][]raftfsm.BucketSpan{nil, {{From: 5, To: 4}}, {{From: 1, To: 3}, {From: 3, To: 4}}, {{From: 0, To: bucket.Count}}} {
 		if _, err := n.leaseSpans(ctx, spanLeaseRequest{DB: "db", Shard: 0, To: 1, Spans: bad}); !errors.As(err, &ae) || ae.Status != 400 {

@@ -274,7 +274,7 @@ func (d *Driver) refill(ctx context.Context, db string, rec *raftfsm.DatabaseRec
 					q = append(q, b)
 				}
 			}
-			chunk = withoutBuckets(chunk, held)
+			chunk = WithoutBuckets(chunk, held)
 			if len(chunk) == 0 {
 				continue
 			}
@@ -290,9 +290,9 @@ func (d *Driver) refill(ctx context.Context, db string, rec *raftfsm.DatabaseRec
 	return q, nil
 }
 
-// withoutBuckets returns spans (ascending, disjoint) less the buckets of
+// WithoutBuckets returns spans (ascending, disjoint) less the buckets of
 // held (ascending), split around them.
-func withoutBuckets(spans []raftfsm.BucketSpan, held []uint32) []raftfsm.BucketSpan {
+func WithoutBuckets(spans []raftfsm.BucketSpan, held []uint32) []raftfsm.BucketSpan {
 	out := make([]raftfsm.BucketSpan, 0, len(spans)+len(held))
 	i := 0
 	for _, sp := range spans {

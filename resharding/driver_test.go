@@ -52,15 +52,15 @@ func TestWithoutBuckets(t *testing.T) {
 			set[uint32(rapid.IntRange(0, 120).Draw(t, "b"))] = true
 		}
 		held := slices.Sorted(maps.Keys(set))
-		got := withoutBuckets(spans, held)
+		got := WithoutBuckets(spans, held)
 		for i, sp := range got {
 			if sp.From > sp.To || (i > 0 && sp.From <= got[i-1].To) {
-				t.Fatalf("withoutBuckets(%v, %v) = %v: not ascending disjoint ranges", spans, held, got)
+				t.Fatalf("WithoutBuckets(%v, %v) = %v: not ascending disjoint ranges", spans, held, got)
 			}
 		}
 		for b := uint32(0); b <= 130; b++ {
 			if want := inSpans(spans, b) && !set[b]; inSpans(got, b) != want {
-				t.Fatalf("withoutBuckets(%v, %v) = %v: bucket %d in it %v, want %v", spans, held, got, b, !want, want)
+				t.Fatalf("WithoutBuckets(%v, %v) = %v: bucket %d in it %v, want %v", spans, held, got, b, !want, want)
 			}
 		}
 	})
