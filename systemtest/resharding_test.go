@@ -527,13 +527,21 @@ func TestReshardingBadRequestsAndNewShard(t *testing.T) {
 // passed the source's guard just before such a flip committed on the
 // source after it, and read back as 404 until it was moved), and every
 // one is readable through the database once the operation ended.
+// With three nodes and two replicas a shard, the writers write and read
+// back through every node, and the lease goes to the source's other
+// replica over the bus.
 func TestWritesRacingAnEmptyBucketFlipAreMovedPromptly(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a 20 s move under load; run without -short")
 	}
-	c := testcluster.Start(t, testcluster.Options{Nodes: 1})
+	t.Run("one node", func(t *testing.T) { racingEmptyFlip(t, 1, 1) })
+	t.Run("three nodes, two replicas", func(t *testing.T) { racingEmptyFlip(t, 3, 2) })
+}
+
+func racingEmptyFlip(t *testing.T, nodes, rf int) {
+	c := testcluster.Start(t, testcluster.Options{Nodes: nodes})
 	A := c.URL(0)
-	testcluster.Must(t, 201, "PUT", A+"/admin/databases/db", `{"Shards":2,"ReplicationFactor":1}`)
+	testcluster.Must(t, 201, "PUT", A+"/admin/databases/db", fmt.Sprintf(`{"Shards":2,"ReplicationFactor":%d}`, rf))
 	var cmds []string
 	for i := range 3000 { // many non-empty buckets: the move takes a while
 		cmds = append(cmds, fmt.Sprintf(`{"Type":"PUT","Id":"pre/%d","Document":{"N":%d}}`, i, i))
@@ -554,8 +562,9 @@ func TestWritesRacingAnEmptyBucketFlipAreMovedPromptly(t *testing.T) {
 				default:
 				}
 				id := fmt.Sprintf("n%d-%d", w, k)
-				if r, err := testcluster.Do("PUT", A+"/databases/db/docs?id="+id, `{"v":1}`); err == nil && r.Status == 201 {
-					g, err := testcluster.Do("GET", A+"/databases/db/docs?id="+id, "")
+				via := c.URL(w % nodes)
+				if r, err := testcluster.Do("PUT", via+"/databases/db/docs?id="+id, `{"v":1}`); err == nil && r.Status == 201 {
+					g, err := testcluster.Do("GET", via+"/databases/db/docs?id="+id, "")
 					mu.Lock()
 					acked = append(acked, id)
 					if err != nil || g.Status != 200 {
