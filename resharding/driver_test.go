@@ -13,17 +13,24 @@ import (
 	"github.com/shardnode/shardnode/raftfsm"
 )
 
+// drawSpans draws up to n ascending, disjoint spans of at most maxLen+1
+// buckets each, with gaps of up to 5 between them.
+func drawSpans(t *rapid.T, n, maxLen int) []raftfsm.BucketSpan {
+	var spans []raftfsm.BucketSpan
+	at := uint32(0)
+	for range rapid.IntRange(0, n).Draw(t, "n") {
+		from := at + uint32(rapid.IntRange(0, 5).Draw(t, "gap"))
+		to := from + uint32(rapid.IntRange(0, maxLen).Draw(t, "len"))
+		spans = append(spans, raftfsm.BucketSpan{From: from, To: to})
+		at = to + 1
+	}
+	return spans
+}
+
 // TestInSpans: the binary search agrees with a scan of every span.
 func TestInSpans(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		var spans []raftfsm.BucketSpan
-		at := uint32(0)
-		for range rapid.IntRange(0, 20).Draw(t, "n") {
-			from := at + uint32(rapid.IntRange(0, 5).Draw(t, "gap"))
-			to := from + uint32(rapid.IntRange(0, 5).Draw(t, "len"))
-			spans = append(spans, raftfsm.BucketSpan{From: from, To: to})
-			at = to + 1
-		}
+		spans := drawSpans(t, 20, 5)
 		b := uint32(rapid.IntRange(0, 250).Draw(t, "b"))
 		want := false
 		for _, sp := range spans {
@@ -39,14 +46,7 @@ func TestInSpans(t *testing.T) {
 // not in held, ascending, disjoint, none empty.
 func TestWithoutBuckets(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		var spans []raftfsm.BucketSpan
-		at := uint32(0)
-		for range rapid.IntRange(0, 10).Draw(t, "n") {
-			from := at + uint32(rapid.IntRange(0, 5).Draw(t, "gap"))
-			to := from + uint32(rapid.IntRange(0, 8).Draw(t, "len"))
-			spans = append(spans, raftfsm.BucketSpan{From: from, To: to})
-			at = to + 1
-		}
+		spans := drawSpans(t, 10, 8)
 		set := map[uint32]bool{}
 		for range rapid.IntRange(0, 15).Draw(t, "held") {
 			set[uint32(rapid.IntRange(0, 120).Draw(t, "b"))] = true
