@@ -37,14 +37,13 @@ import (
 // writes into the spans stay leftovers that the driver moves, as before.
 const opSpanLease = "migration.span-lease"
 
-// spanLeaseRequest is opSpanLease's request: the source shard's spans, the
-// shard they flip to and the etag of the record the driver read them by.
+// spanLeaseRequest is opSpanLease's request: the source shard's spans and
+// the shard they flip to.
 type spanLeaseRequest struct {
-	DB         string               `json:"Db"`
-	Shard      int                  `json:"Shard"`
-	To         int                  `json:"To"`
-	Spans      []raftfsm.BucketSpan `json:"Spans"`
-	RecordEtag uint64               `json:"RecordEtag"`
+	DB    string               `json:"Db"`
+	Shard int                  `json:"Shard"`
+	To    int                  `json:"To"`
+	Spans []raftfsm.BucketSpan `json:"Spans"`
 }
 
 // spanLeaseReply is opSpanLease's answer: the buckets of the spans the
@@ -192,13 +191,13 @@ func (n *Node) leaseSpans(ctx context.Context, req spanLeaseRequest) (spanLeaseR
 // LeaseEmptySpans asks every reachable replica of db's shard for a lease
 // on spans (opSpanLease), all at once, and returns the buckets of the
 // spans that those that answered within sourceFenceAsk hold items in.
-func (c reshardCluster) LeaseEmptySpans(ctx context.Context, db string, shard, to int, spans []raftfsm.BucketSpan, recordEtag uint64) []uint32 {
+func (c reshardCluster) LeaseEmptySpans(ctx context.Context, db string, shard, to int, spans []raftfsm.BucketSpan) []uint32 {
 	n := c.n
 	rec := n.recordOf(db)
 	if rec == nil || rec.Sharding.Shards[shard] == nil || len(spans) == 0 {
 		return nil
 	}
-	req := spanLeaseRequest{DB: db, Shard: shard, To: to, Spans: spans, RecordEtag: recordEtag}
+	req := spanLeaseRequest{DB: db, Shard: shard, To: to, Spans: spans}
 	var mu sync.Mutex
 	held := map[uint32]bool{}
 	var wg sync.WaitGroup

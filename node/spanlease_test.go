@@ -44,7 +44,7 @@ func TestSpanLeaseRefusesWritesIntoEmptySpansUntilTheirFlip(t *testing.T) {
 	bf, be := bucket.ForID(full), bucket.ForID(empty)
 	spans := []raftfsm.BucketSpan{{From: min(bf, be), To: min(bf, be)}, {From: max(bf, be), To: max(bf, be)}}
 	ctx := context.Background()
-	r, err := n.leaseSpans(ctx, spanLeaseRequest{DB: "db", Shard: 0, To: 1, Spans: spans, RecordEtag: rec.Etag})
+	r, err := n.leaseSpans(ctx, spanLeaseRequest{DB: "db", Shard: 0, To: 1, Spans: spans})
 	if err != nil {
 		t.Fatal(err)
 	}

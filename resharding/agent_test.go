@@ -55,7 +55,7 @@ type spanAsk struct {
 	proposed int
 }
 
-func (c *fakeCluster) LeaseEmptySpans(_ context.Context, _ string, _, _ int, spans []raftfsm.BucketSpan, _ uint64) []uint32 {
+func (c *fakeCluster) LeaseEmptySpans(_ context.Context, _ string, _, _ int, spans []raftfsm.BucketSpan) []uint32 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.spanAsks = append(c.spanAsks, spanAsk{spans: slices.Clone(spans), proposed: len(c.proposed)})

@@ -267,7 +267,7 @@ func (d *Driver) refill(ctx context.Context, db string, rec *raftfsm.DatabaseRec
 		// since the statistics were read: those move one at a time, and
 		// no acknowledged write is left behind on the source for the
 		// flip (where the new owner would not see it until it is moved).
-		if held := d.c.LeaseEmptySpans(ctx, db, src, op.ToShard, chunk, rec.Etag); len(held) > 0 {
+		if held := d.c.LeaseEmptySpans(ctx, db, src, op.ToShard, chunk); len(held) > 0 {
 			d.logger.Debug("empty buckets took writes before their flip; they move one at a time", "db", db, "source", src, "buckets", len(held))
 			for _, b := range held {
 				if inSpans(chunk, b) {
