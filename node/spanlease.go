@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -129,19 +128,13 @@ func (f *spanLeases) refuse(db string, shard int, ops []storage.Op, record func(
 			continue
 		}
 		for _, op := range ops {
-			if b := bucket.ForID(op.ID); spansHold(l.spans, b) && rec.ShardOf(b) == shard {
+			if b := bucket.ForID(op.ID); resharding.InSpans(l.spans, b) && rec.ShardOf(b) == shard {
 				return &apiError{Status: http.StatusServiceUnavailable, Type: "BucketLeaving",
 					Msg: fmt.Sprintf("bucket %d of %q is leaving shard %d for shard %d, with the empty buckets around it, in one step; try again shortly", b, db, shard, l.to)}
 			}
 		}
 	}
 	return nil
-}
-
-// spansHold reports whether b lies in spans (ascending and disjoint).
-func spansHold(spans []raftfsm.BucketSpan, b uint32) bool {
-	i := sort.Search(len(spans), func(i int) bool { return spans[i].To >= b })
-	return i < len(spans) && spans[i].From <= b
 }
 
 // serveSpanLease is a source replica's side of opSpanLease: from the
@@ -176,7 +169,7 @@ func (n *Node) leaseSpans(ctx context.Context, req spanLeaseRequest) (spanLeaseR
 	}
 	out := spanLeaseReply{Held: []uint32{}}
 	err = l.s.RangeStats(req.Spans[0].From, req.Spans[len(req.Spans)-1].To, func(st storage.BucketStats) error {
-		if st.DocumentsCount+st.TombstonesCount > 0 && spansHold(req.Spans, st.Bucket) {
+		if st.DocumentsCount+st.TombstonesCount > 0 && resharding.InSpans(req.Spans, st.Bucket) {
 			out.Held = append(out.Held, st.Bucket)
 		}
 		return nil

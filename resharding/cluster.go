@@ -89,10 +89,10 @@ type Cluster interface {
 	// is about to flip to shard to in bulk) until its node applies their
 	// flip, for a few seconds at most, once the writes it has in flight
 	// committed; it returns the buckets of the spans that any of them
-	// holds items in. A replica that does not
-	// answer (down, or a version without the lease) reports nothing: a
-	// write it takes into the spans is left on the source, and moved by
-	// the driver after the flip, as before.
+	// holds items in. A replica that does not answer (down, or a version
+	// without the lease) reports nothing: a write it takes into the spans
+	// is left on the source, and moved by the driver after the flip, as
+	// before.
 	LeaseEmptySpans(ctx context.Context, db string, shard, to int, spans []raftfsm.BucketSpan) []uint32
 	// ObserveLastPass reports how long the steps of a last pass after a
 	// flip took on its sender, once the pass is stored at the

@@ -270,7 +270,7 @@ func (d *Driver) refill(ctx context.Context, db string, rec *raftfsm.DatabaseRec
 		if held := d.c.LeaseEmptySpans(ctx, db, src, op.ToShard, chunk); len(held) > 0 {
 			d.logger.Debug("empty buckets took writes before their flip; they move one at a time", "db", db, "source", src, "buckets", len(held))
 			for _, b := range held {
-				if inSpans(chunk, b) {
+				if InSpans(chunk, b) {
 					q = append(q, b)
 				}
 			}
@@ -325,7 +325,7 @@ func (d *Driver) moveRacer(ctx context.Context, db string, rec *raftfsm.Database
 	}
 	for _, st := range stats {
 		owner := rec.ShardOf(st.Bucket)
-		if st.DocumentsCount+st.TombstonesCount == 0 || owner == src || rec.Sharding.BucketMigrations[st.Bucket] != nil || !inSpans(spans, st.Bucket) {
+		if st.DocumentsCount+st.TombstonesCount == 0 || owner == src || rec.Sharding.BucketMigrations[st.Bucket] != nil || !InSpans(spans, st.Bucket) {
 			continue
 		}
 		d.logger.Info("moving writes that raced an empty-bucket flip", "db", db, "bucket", st.Bucket, "source", src, "owner", owner, "documents", st.DocumentsCount)
@@ -341,9 +341,9 @@ func (d *Driver) moveRacer(ctx context.Context, db string, rec *raftfsm.Database
 	return false, nil
 }
 
-// inSpans reports whether b lies in one of spans (ascending and disjoint,
+// InSpans reports whether b lies in one of spans (ascending and disjoint,
 // as refill builds them).
-func inSpans(spans []raftfsm.BucketSpan, b uint32) bool {
+func InSpans(spans []raftfsm.BucketSpan, b uint32) bool {
 	i := sort.Search(len(spans), func(i int) bool { return spans[i].To >= b })
 	return i < len(spans) && spans[i].From <= b
 }

@@ -36,8 +36,8 @@ func TestInSpans(t *testing.T) {
 		for _, sp := range spans {
 			want = want || (b >= sp.From && b <= sp.To)
 		}
-		if got := inSpans(spans, b); got != want {
-			t.Fatalf("inSpans(%v, %d) = %v", spans, b, got)
+		if got := InSpans(spans, b); got != want {
+			t.Fatalf("InSpans(%v, %d) = %v", spans, b, got)
 		}
 	})
 }
@@ -59,7 +59,7 @@ func TestWithoutBuckets(t *testing.T) {
 			}
 		}
 		for b := uint32(0); b <= 130; b++ {
-			if want := inSpans(spans, b) && !set[b]; inSpans(got, b) != want {
+			if want := InSpans(spans, b) && !set[b]; InSpans(got, b) != want {
 				t.Fatalf("WithoutBuckets(%v, %v) = %v: bucket %d in it %v, want %v", spans, held, got, b, !want, want)
 			}
 		}

@@ -230,10 +230,11 @@ func (p *docShard) compactUnread() {
 	p.unread, p.unreadHead = keep, 0
 }
 
-// evictUnread drops unread entries, oldest first, until freed reaches
-// slice or the cache's size less freed reaches low; it returns what it
-// freed. The caller holds p.mu.
-func (p *docShard) evictUnread(freed, slice, low int64) int64 {
+// evictUnread drops unread entries, oldest first, until it freed slice
+// bytes or the cache's size less what it freed reaches low; it returns
+// what it freed. The caller holds p.mu.
+func (p *docShard) evictUnread(slice, low int64) int64 {
+	var freed int64
 	for p.nUnread.Load() > 0 && p.unreadHead < len(p.unread) && freed < slice && p.c.size.Load()-freed > low {
 		k := p.unread[p.unreadHead]
 		p.unread[p.unreadHead] = ""
@@ -298,7 +299,7 @@ func (c *DocCache) evict() {
 			return
 		}
 		victim.mu.Lock()
-		freed := victim.evictUnread(0, slice, low)
+		freed := victim.evictUnread(slice, low)
 		spared := 0
 		if !clock && freed == 0 {
 			unreadLeft = false // they were read or dropped meanwhile
