@@ -12,6 +12,10 @@ func noteFor(sp spec, system string, o Options) string {
 	default:
 		what += fmt.Sprintf(", %d records", o.Records)
 	}
+	where := "in this process"
+	if o.Binary != "" {
+		where = "in its own process"
+	}
 	switch system {
 	case sysShardnode:
 		return what + fmt.Sprintf("; HTTP API, %d clients, %d shards", o.Clients, o.Shards)
@@ -24,9 +28,9 @@ func noteFor(sp spec, system string, o Options) string {
 		}
 		return note
 	case sysHTTP:
-		return "trivial Go HTTP handler returning a fixed body of a GET's size, same client setup"
+		return "trivial Go HTTP handler returning a fixed body of a GET's size, " + where + ", same client setup"
 	case sysFastHTTP:
-		return "the same trivial handler on fasthttp, the HTTP server shardnode's API runs on"
+		return "the same trivial handler on fasthttp, the HTTP server shardnode's API runs on, " + where
 	}
 	return ""
 }

@@ -39,8 +39,20 @@ func AllWorkloads() []string {
 // (Quick or full); see Defaults.
 type Options struct {
 	// URL is the base URL of a running shardnode node to measure; empty
-	// starts a node in a temporary directory, in this process.
+	// starts a node in a temporary directory: a child process when Binary
+	// is set, else in this process.
 	URL string
+	// Binary is a shardnode executable. When set, the node (`serve`) and
+	// the get row's HTTP ceilings (`bench-ceiling`) run as child processes,
+	// each with the scheduler a deployed `shardnode serve` has, and the
+	// load's clients and the raw Pebble baseline stay in this process: the
+	// arrangement of a server and its clients. Empty runs them all in this
+	// process, sharing one Go scheduler (tests do this). The resharding
+	// rows' clusters always run in this process.
+	Binary string
+	// NodeCPUProfile, with Binary, is passed to the node process as serve's
+	// --cpuprofile: the node's own CPU profile, written when it stops.
+	NodeCPUProfile string
 	// Dir is where temporary data (the node, raw Pebble) goes; empty means
 	// the system's temporary directory.
 	Dir string

@@ -186,7 +186,7 @@ type ReshardFigures struct {
 
 // reshard runs one resharding workload and returns its rows.
 func (r *run) reshard(ctx context.Context, w string) []Row {
-	if !r.inProcess {
+	if !r.ownNode {
 		skip := "skipped: needs an in-process 3-node cluster (not with --url)"
 		rows := []Row{{Workload: w, System: sysShardnode, Skipped: skip}}
 		switch w {

@@ -49,7 +49,10 @@ type run struct {
 	hc       *http.Client
 
 	sn, pebble, pg, ceiling, fastCeiling *sysRun
-	inProcess                            bool
+	// ownNode is set when the run started its node (not --url);
+	// nodeProc is that node's process when it runs as a child (Binary).
+	ownNode  bool
+	nodeProc *childProc
 }
 
 // Run measures every selected workload and returns the report. A workload
@@ -88,8 +91,21 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	switch {
 	case base == "" && onlyReshard:
 		// The resharding rows start clusters of their own.
-		r.inProcess = true
+		r.ownNode = true
 		rep.Target = fmt.Sprintf("in-process %d-node clusters (data in a temporary directory), one per resharding workload", reshardNodes)
+	case base == "" && o.Binary != "":
+		r.logf("starting a node process (%s serve) in %s", o.Binary, root)
+		p, url, err := startChildNode(ctx, r.hc, o.Binary, filepath.Join(root, "node"), o.NodeCPUProfile)
+		if err != nil {
+			return nil, fmt.Errorf("start node: %w", err)
+		}
+		defer func() {
+			if err := p.stop(); err != nil {
+				r.logf("stop node: %v", err)
+			}
+		}()
+		base, r.ownNode, r.nodeProc = url, true, p
+		rep.Target = fmt.Sprintf("node process %d (%s serve, data in a temporary directory), %s", p.pid(), o.Binary, base)
 	case base == "":
 		r.logf("starting an in-process node in %s", root)
 		n, err := startNode(ctx, filepath.Join(root, "node"), o.Logger)
@@ -98,7 +114,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		}
 		defer n.Close()
 		base = n.HTTPURL()
-		r.inProcess = true
+		r.ownNode = true
 		rep.Target = "in-process node (data in a temporary directory), " + base
 		if want[WorkloadReshardSmall] || want[WorkloadReshardBulk] || want[WorkloadReshardForeground] || want[WorkloadReshardBulkForeground] {
 			rep.Target += fmt.Sprintf("; resharding rows: in-process %d-node clusters, one per workload", reshardNodes)
@@ -109,6 +125,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 			return nil, fmt.Errorf("node at %s: %w", base, err)
 		}
 		rep.Target = base
+	}
+	if o.Binary != "" && want[WorkloadGet] {
+		rep.Target += "; HTTP ceilings: child processes (" + o.Binary + " bench-ceiling)"
 	}
 	prefix := fmt.Sprintf("bench%06x_", r.seed&0xffffff)
 	r.sn = &sysRun{label: sysShardnode, sys: &shardnodeSystem{hc: r.hc, base: base, shards: o.Shards, prefix: prefix}}
@@ -145,7 +164,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 			rep.Rows = append(rep.Rows, r.reshard(ctx, w)...)
 		case WorkloadGet:
 			if r.ceiling == nil {
-				r.ceiling, r.fastCeiling = r.startCeiling(sysHTTP), r.startCeiling(sysFastHTTP)
+				r.ceiling, r.fastCeiling = r.startCeiling(ctx, sysHTTP), r.startCeiling(ctx, sysFastHTTP)
 			}
 			rep.Rows = append(rep.Rows, r.measureSpec(ctx, sp[w], []*sysRun{r.sn, r.ceiling, r.fastCeiling, r.pg, r.pebble})...)
 		default:
@@ -164,9 +183,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 
 // startCeiling starts the trivial HTTP server label names (sysHTTP or
 // sysFastHTTP); an error skips its rows.
-func (r *run) startCeiling(label string) *sysRun {
+func (r *run) startCeiling(ctx context.Context, label string) *sysRun {
 	s := &sysRun{label: label}
-	if c, err := startHTTPCeiling(r.hc, label); err != nil {
+	if c, err := startHTTPCeiling(ctx, r.o.Binary, r.root, label); err != nil {
 		s.skip = "error: " + err.Error()
 	} else {
 		s.sys = c
@@ -384,25 +403,30 @@ func (r *run) bulkRound(ctx context.Context, sys system, name string, docs int64
 	return res, err
 }
 
-// rss loads RSSDocs documents into the in-process node and reads the
-// process's peak RSS.
+// rss loads RSSDocs documents into the run's own node and reads the peak
+// RSS of its process: the node's alone when it is a child, else the whole
+// bench process.
 func (r *run) rss(ctx context.Context) Row {
 	row := Row{Workload: WorkloadRSS, System: sysShardnode, Unit: "docs/s"}
 	switch {
-	case !r.inProcess:
-		row.Skipped = "skipped: needs the in-process node (not with --url)"
+	case !r.ownNode:
+		row.Skipped = "skipped: needs the run's own node (not with --url)"
 		return row
 	case r.o.RSSDocs == 0:
 		row.Skipped = "skipped: --rss-docs 0"
 		return row
 	}
-	reset := resetPeakRSS()
+	pid, whose := 0, "the whole bench process, node and its HTTP client together"
+	if r.nodeProc != nil {
+		pid, whose = r.nodeProc.pid(), fmt.Sprintf("the node's process (%d)", r.nodeProc.pid())
+	}
+	reset := resetPeakRSSOf(pid)
 	res, err := r.bulkRound(ctx, r.sn.sys, "rss", r.o.RSSDocs)
 	if err != nil {
 		row.Error = err.Error()
 		return row
 	}
-	peak, err := peakRSSMiB()
+	peak, err := peakRSSMiBOf(pid)
 	if err != nil {
 		row.Error = err.Error()
 		return row
@@ -411,7 +435,7 @@ func (r *run) rss(ctx context.Context) Row {
 	s.addRound(res)
 	row = makeRow(WorkloadRSS, sysShardnode, "docs/s", &s, nil, "")
 	row.PeakRSSMiB = peak
-	row.Note = fmt.Sprintf("peak RSS (VmHWM) %.0f MiB of the whole bench process, node and its HTTP client together, while loading %d docs through bulk_docs", peak, r.o.RSSDocs)
+	row.Note = fmt.Sprintf("peak RSS (VmHWM) %.0f MiB of %s, while loading %d docs through bulk_docs", peak, whose, r.o.RSSDocs)
 	if !reset {
 		row.Note += "; VmHWM could not be reset first, so it includes start-up"
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"runtime/pprof"
@@ -21,6 +23,7 @@ type benchFlags struct {
 	jsonOut    string
 	workloads  string
 	cpuProfile string
+	inProcess  bool
 }
 
 func newBenchCmd() *cobra.Command {
@@ -32,7 +35,12 @@ func newBenchCmd() *cobra.Command {
 		Long: `Measure shardnode and its baselines in one run, on this machine.
 
 Unless --url points at a running node, it starts a node in a temporary
-directory, in this process. Workloads (select with --workloads):
+directory as a child process (this binary's serve, with serve's default
+scheduler), and the get row's trivial HTTP servers as child processes
+arranged alike; the clients and raw Pebble run in this process.
+--in-process runs the node and those servers in this process instead,
+sharing its scheduler with the clients. The resharding rows always start
+their 3-node clusters in this process. Workloads (select with --workloads):
 
   bulk      bulk insert of 1 KiB documents through bulk_docs (docs/s, MB/s)
   put       durable single-document PUT of new documents
@@ -68,6 +76,16 @@ any workload failed.`,
 				o.Workloads = strings.Split(f.workloads, ",")
 			}
 			o.Progress = cmd.ErrOrStderr()
+			if !f.inProcess {
+				exe, err := os.Executable()
+				if err != nil {
+					return fmt.Errorf("bench: find this binary to run the node as a child process (or use --in-process): %w", err)
+				}
+				o.Binary = exe
+				if f.cpuProfile != "" && o.URL == "" {
+					o.NodeCPUProfile = f.cpuProfile + ".node"
+				}
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			return runBench(ctx, o, f, cmd.OutOrStdout())
@@ -75,6 +93,7 @@ any workload failed.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&o.URL, "url", "", "base URL of a running node to measure (default: start one in a temporary directory)")
+	fl.BoolVar(&f.inProcess, "in-process", false, "run the node and the HTTP ceilings in this process, sharing its scheduler with the clients, instead of as child processes")
 	fl.StringVar(&o.Dir, "dir", "", "directory for temporary data (default: the system's temporary directory)")
 	fl.BoolVar(&o.Quick, "quick", false, "a few-second smoke run with small counts that still produces every row")
 	fl.IntVar(&o.Clients, "clients", 0, "concurrent clients of the closed-loop workloads (default 64)")
@@ -93,7 +112,7 @@ any workload failed.`,
 	fl.StringVar(&o.PG, "pg", "", "PostgreSQL URL for the PostgreSQL baselines, e.g. postgres://postgres@127.0.0.1:5432/bench?sslmode=disable")
 	fl.StringVar(&f.workloads, "workloads", "", "comma-separated workloads: all, ycsb, "+strings.Join(bench.AllWorkloads(), ", ")+" (default all)")
 	fl.StringVar(&f.out, "out", "", "also write the table as markdown to FILE, and the JSON results to FILE.json")
-	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (node and clients, when in-process) to FILE")
+	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of this process (clients, baselines, and the node with --in-process) to FILE; a child node's goes to FILE.node")
 	fl.StringVar(&f.jsonOut, "json", "", "write the JSON results to this file (default FILE.json with --out)")
 	cmd.SetContext(context.Background())
 	return cmd
@@ -102,15 +121,11 @@ any workload failed.`,
 // runBench runs the benchmark and writes its outputs.
 func runBench(ctx context.Context, o bench.Options, f benchFlags, stdout io.Writer) error {
 	if f.cpuProfile != "" {
-		fh, err := os.Create(f.cpuProfile)
+		stop, err := startCPUProfile(f.cpuProfile)
 		if err != nil {
-			return fmt.Errorf("bench: cpu profile: %w", err)
+			return fmt.Errorf("bench: %w", err)
 		}
-		defer fh.Close()
-		if err := pprof.StartCPUProfile(fh); err != nil {
-			return fmt.Errorf("bench: cpu profile: %w", err)
-		}
-		defer pprof.StopCPUProfile()
+		defer stop()
 	}
 	rep, err := bench.Run(ctx, o)
 	if err != nil {
@@ -140,6 +155,52 @@ func runBench(ctx context.Context, o bench.Options, f benchFlags, stdout io.Writ
 		return fmt.Errorf("bench: %d workloads failed: %s", len(failed), strings.Join(names, ", "))
 	}
 	return nil
+}
+
+// startCPUProfile profiles this process's CPU into path until the
+// returned function is called.
+func startCPUProfile(path string) (func(), error) {
+	fh, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(fh); err != nil {
+		fh.Close()
+		return nil, fmt.Errorf("cpu profile %s: %w", path, err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = fh.Close()
+	}, nil
+}
+
+// newBenchCeilingCmd is the hidden `shardnode bench-ceiling`: the get
+// row's trivial HTTP server, which `shardnode bench` runs as a child
+// process with serve's scheduler, so that its ratio compares two servers
+// arranged alike.
+func newBenchCeilingCmd() *cobra.Command {
+	var server, listen string
+	cmd := &cobra.Command{
+		Use:    "bench-ceiling",
+		Short:  "Serve the benchmark's trivial HTTP handler (run by shardnode bench)",
+		Args:   cobra.NoArgs,
+		Hidden: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+			setSchedulerProcs(0, logger)
+			ln, err := net.Listen("tcp", listen)
+			if err != nil {
+				return fmt.Errorf("bench-ceiling: listen: %w", err)
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			return bench.ServeCeiling(ctx, server, ln)
+		},
+	}
+	cmd.Flags().StringVar(&server, "server", bench.CeilingGoHTTP, "the HTTP server: "+bench.CeilingGoHTTP+" or "+bench.CeilingFastHTTP)
+	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:0", "the address to serve on")
+	cmd.SetContext(context.Background())
+	return cmd
 }
 
 // writeFile writes one output file with write.

@@ -25,6 +25,6 @@ Then create a database and write a document:
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newServeCmd(), newVersionCmd(), newBenchCmd(), newBucketsCmd())
+	root.AddCommand(newServeCmd(), newVersionCmd(), newBenchCmd(), newBenchCeilingCmd(), newBucketsCmd())
 	return root
 }

@@ -15,6 +15,7 @@ import (
 )
 
 func newServeCmd() *cobra.Command {
+	var cpuProfile string
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run a shardnode node",
@@ -36,6 +37,13 @@ each overriding the one before.`,
 			}
 			logger := newLogger(cfg)
 			setSchedulerProcs(cfg.Node.MaxProcs, logger)
+			if cpuProfile != "" {
+				stopProfile, err := startCPUProfile(cpuProfile)
+				if err != nil {
+					return err
+				}
+				defer stopProfile()
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			n, err := node.Start(ctx, cfg, logger)
@@ -49,6 +57,10 @@ each overriding the one before.`,
 		},
 	}
 	config.BindFlags(cmd.Flags())
+	// For `shardnode bench`, which runs its node as a child process: the
+	// node's own CPU profile, from start to shutdown.
+	cmd.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the node, from start to shutdown, to FILE")
+	_ = cmd.Flags().MarkHidden("cpuprofile")
 	cmd.SetContext(context.Background())
 	return cmd
 }
