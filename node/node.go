@@ -200,6 +200,7 @@ func Start(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Nod
 	n.registerLastPassRPC()
 	n.registerSourceFenceRPC()
 	n.rpcHandlers[opSpanLease] = n.serveSpanLease
+	n.rpcHandlers[opSpanRelease] = n.serveSpanRelease
 	if _, err := n.serveRPC(runCtx); err != nil {
 		return nil, err
 	}

@@ -36,7 +36,13 @@ import (
 // writes into the spans stay leftovers that the driver moves, as before.
 const opSpanLease = "migration.span-lease"
 
-// spanLeaseRequest is opSpanLease's request: the source shard's spans and
+// opSpanRelease ends the leases opSpanLease gave on spans whose flip was
+// not committed (its proposal failed, or the record refused it): their
+// writes need not wait out the lease's window. Best effort: a replica
+// that does not hear it keeps refusing for at most sourceLeaseWindow.
+const opSpanRelease = "migration.span-release"
+
+// spanLeaseRequest is opSpanLease's (and opSpanRelease's) request: the source shard's spans and
 // the shard they flip to.
 type spanLeaseRequest struct {
 	DB    string               `json:"Db"`
@@ -94,6 +100,23 @@ func (f *spanLeases) narrow(l *spanLease, held []uint32) {
 	}
 }
 
+// release ends db's shard's leases that share a bucket with spans, and
+// returns how many it ended. One resharding operation at a time moves
+// buckets off a shard, so a lease that overlaps the spans is the one
+// given for them, whichever buckets some replica took out of it since.
+func (f *spanLeases) release(db string, shard int, spans []raftfsm.BucketSpan) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	before := len(f.m)
+	f.m = slices.DeleteFunc(f.m, func(l *spanLease) bool {
+		return l.db == db && l.shard == shard && slices.ContainsFunc(l.spans, func(a raftfsm.BucketSpan) bool {
+			return slices.ContainsFunc(spans, func(b raftfsm.BucketSpan) bool { return a.From <= b.To && b.From <= a.To })
+		})
+	})
+	f.n.Store(int32(len(f.m)))
+	return before - len(f.m)
+}
+
 // refuse returns BucketLeaving for a write whose op falls in a leased span
 // of db's shard that db's record (record, asked only when a lease is held)
 // still gives to that shard: once the record shows the span flipped, the
@@ -149,14 +172,34 @@ func (n *Node) serveSpanLease(ctx context.Context, data []byte) (any, error) {
 	return n.leaseSpans(ctx, req)
 }
 
-func (n *Node) leaseSpans(ctx context.Context, req spanLeaseRequest) (spanLeaseReply, error) {
+// checkSpans validates the spans of a lease or release request.
+func (req spanLeaseRequest) checkSpans() error {
 	if len(req.Spans) == 0 || len(req.Spans) > resharding.MaxLeaseSpans {
-		return spanLeaseReply{}, badRequest("span lease of %d spans: want 1 to %d", len(req.Spans), resharding.MaxLeaseSpans)
+		return badRequest("span lease of %d spans: want 1 to %d", len(req.Spans), resharding.MaxLeaseSpans)
 	}
 	for i, sp := range req.Spans {
 		if sp.From > sp.To || sp.To >= bucket.Count || (i > 0 && sp.From <= req.Spans[i-1].To) {
-			return spanLeaseReply{}, badRequest("span lease: span %d (%d-%d) is not a range of buckets after the one before", i, sp.From, sp.To)
+			return badRequest("span lease: span %d (%d-%d) is not a range of buckets after the one before", i, sp.From, sp.To)
 		}
+	}
+	return nil
+}
+
+// serveSpanRelease is a source replica's side of opSpanRelease.
+func (n *Node) serveSpanRelease(_ context.Context, data []byte) (any, error) {
+	var req spanLeaseRequest
+	if err := json.Unmarshal(data, &req); err != nil {
+		return nil, badRequest("decode span release request: %v", err)
+	}
+	if err := req.checkSpans(); err != nil {
+		return nil, err
+	}
+	return struct{ Released int }{n.spanLeases.release(req.DB, req.Shard, req.Spans)}, nil
+}
+
+func (n *Node) leaseSpans(ctx context.Context, req spanLeaseRequest) (spanLeaseReply, error) {
+	if err := req.checkSpans(); err != nil {
+		return spanLeaseReply{}, err
 	}
 	l, err := n.local(req.DB, req.Shard)
 	if err != nil {
@@ -229,4 +272,37 @@ func (c reshardCluster) LeaseEmptySpans(ctx context.Context, db string, shard, t
 	}
 	slices.Sort(out)
 	return out
+}
+
+// ReleaseEmptySpans ends the leases LeaseEmptySpans took on spans whose
+// flip did not commit, on every reachable replica of db's shard, each
+// asked for at most sourceFenceAsk; one that does not answer ends its
+// lease at the lease's window.
+func (c reshardCluster) ReleaseEmptySpans(ctx context.Context, db string, shard int, spans []raftfsm.BucketSpan) {
+	n := c.n
+	rec := n.recordOf(db)
+	if rec == nil || rec.Sharding.Shards[shard] == nil || len(spans) == 0 {
+		return
+	}
+	req := spanLeaseRequest{DB: db, Shard: shard, Spans: spans}
+	var wg sync.WaitGroup
+	for _, tag := range rec.Sharding.Shards[shard].Members {
+		if tag == n.cfg.Node.Tag {
+			n.spanLeases.release(db, shard, spans)
+			continue
+		}
+		if !n.health.up(tag) {
+			continue
+		}
+		wg.Go(func() {
+			actx, cancel := context.WithTimeout(ctx, sourceFenceAsk)
+			defer cancel()
+			var r struct{ Released int }
+			if err := n.call(actx, tag, opSpanRelease, req, &r); err != nil && !isUnknownOp(err) && ctx.Err() == nil {
+				n.logger.Info("source replica did not hear that a lease on empty buckets ended; it refuses their writes until the lease's window ends",
+					"db", db, "shard", shard, "member", tag, "err", err)
+			}
+		})
+	}
+	wg.Wait()
 }

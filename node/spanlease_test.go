@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -89,5 +90,71 @@ func TestSpanLeaseRefusesWritesIntoEmptySpansUntilTheirFlip(t *testing.T) {
 		if _, err := n.leaseSpans(ctx, spanLeaseRequest{DB: "db", Shard: 0, To: 1, Spans: bad}); !errors.As(err, &ae) || ae.Status != 400 {
 			t.Fatalf("lease of spans %v: %v, want a 400", bad, err)
 		}
+	}
+}
+
+// TestSpanLeaseReleasedWhenItsFlipDoesNotCommit: a lease on spans whose
+// bulk flip failed ends when the driver says so (opSpanRelease), even
+// when the driver names the spans less buckets other replicas found
+// written, and the spans' writes go through at once instead of waiting
+// out the lease's window; a lease of another database is left alone, and
+// bad spans are a 400 that releases nothing.
+func TestSpanLeaseReleasedWhenItsFlipDoesNotCommit(t *testing.T) {
+	n := testNode(t, t.TempDir())
+	c := client{t, n.HTTPURL()}
+	c.must(201, "PUT", "/admin/databases/db", `{"Shards": 2}`)
+	c.must(201, "PUT", "/admin/databases/db2", `{"Shards": 2}`)
+	rec := n.recordOf("db")
+	var id string
+	for i := 0; id == ""; i++ {
+		if cand := fmt.Sprintf("users/%d", i); rec.ShardOf(bucket.ForID(cand)) == 0 {
+			id = cand
+		}
+	}
+	b := bucket.ForID(id)
+	ctx := context.Background()
+	lease := func(db string, spans []raftfsm.BucketSpan) {
+		t.Helper()
+		if _, err := n.leaseSpans(ctx, spanLeaseRequest{DB: db, Shard: 0, To: 1, Spans: spans}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lease("db", []raftfsm.BucketSpan{{From: b, To: b + 3}})
+	lease("db2", []raftfsm.BucketSpan{{From: b, To: b}})
+	l, err := n.local("db", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.routed = true
+	put := func() error {
+		_, err := l.write(ctx, []storage.Op{{Kind: storage.OpPut, ID: id, Body: []byte(`{"v":1}`)}}, writeConcern{Replicas: 1, Timeout: time.Second}, 0)
+		return err
+	}
+	var ae *apiError
+	if err := put(); !errors.As(err, &ae) || ae.Type != "BucketLeaving" {
+		t.Fatalf("a write into the leased span: %v, want BucketLeaving", err)
+	}
+	release := func(spans []raftfsm.BucketSpan) (int, error) {
+		data, _ := json.Marshal(spanLeaseRequest{DB: "db", Shard: 0, Spans: spans})
+		r, err := n.serveSpanRelease(ctx, data)
+		if err != nil {
+			return 0, err
+		}
+		return r.(struct{ Released int }).Released, nil
+	}
+	if _, err := release([]raftfsm.BucketSpan{{From: 9, To: 3}}); !errors.As(err, &ae) || ae.Status != 400 {
+		t.Fatalf("release of a bad span: %v, want a 400", err)
+	}
+	if got, err := release([]raftfsm.BucketSpan{{From: b + 4, To: b + 10}}); err != nil || got != 0 {
+		t.Fatalf("release of spans beside the lease's: %d leases, %v; want none", got, err)
+	}
+	if got, err := release([]raftfsm.BucketSpan{{From: b + 2, To: b + 3}, {From: b + 5, To: b + 9}}); err != nil || got != 1 {
+		t.Fatalf("release of spans that share a bucket with the lease's: %d leases, %v; want 1", got, err)
+	}
+	if err := put(); err != nil {
+		t.Fatalf("a write into the span after its lease was released: %v", err)
+	}
+	if got := n.spanLeases.n.Load(); got != 1 {
+		t.Fatalf("%d span leases left, want db2's", got)
 	}
 }

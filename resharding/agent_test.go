@@ -47,6 +47,16 @@ type fakeCluster struct {
 	// spans of each call, with how many commands had been proposed before.
 	spanHeld []uint32
 	spanAsks []spanAsk
+	// released records the spans of each ReleaseEmptySpans call;
+	// proposeErr, when set, fails every proposal of MoveEmptyBuckets.
+	released   [][]raftfsm.BucketSpan
+	proposeErr error
+}
+
+func (c *fakeCluster) ReleaseEmptySpans(_ context.Context, _ string, _ int, spans []raftfsm.BucketSpan) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.released = append(c.released, slices.Clone(spans))
 }
 
 // spanAsk is one LeaseEmptySpans call.
@@ -121,6 +131,9 @@ func (c *fakeCluster) Propose(_ context.Context, cmd raftfsm.Command) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.proposed = append(c.proposed, cmd)
+	if _, ok := cmd.(*raftfsm.MoveEmptyBuckets); ok && c.proposeErr != nil {
+		return c.proposeErr
+	}
 	if p, ok := cmd.(*raftfsm.SourceMigrationFinalPass); ok {
 		time.AfterFunc(c.applyDelay, func() { c.applyFinalPass(p) })
 	}

@@ -94,6 +94,11 @@ type Cluster interface {
 	// is left on the source, and moved by the driver after the flip, as
 	// before.
 	LeaseEmptySpans(ctx context.Context, db string, shard, to int, spans []raftfsm.BucketSpan) []uint32
+	// ReleaseEmptySpans ends, on every reachable replica of db's shard,
+	// the leases LeaseEmptySpans took on spans whose flip did not commit,
+	// so that their writes do not wait out the lease. Best effort: a
+	// replica that does not hear it refuses them for a few seconds more.
+	ReleaseEmptySpans(ctx context.Context, db string, shard int, spans []raftfsm.BucketSpan)
 	// ObserveLastPass reports how long the steps of a last pass after a
 	// flip took on its sender, once the pass is stored at the
 	// destination: the new owner holds the bucket's writes meanwhile.

@@ -283,8 +283,16 @@ func (d *Driver) refill(ctx context.Context, db string, rec *raftfsm.DatabaseRec
 		err := d.c.Propose(pctx, &raftfsm.MoveEmptyBuckets{Meta: raftfsm.Meta{At: time.Now().UTC()}, Database: db, SourceShard: src,
 			DestinationShard: op.ToShard, Spans: chunk, OperationID: op.ID})
 		cancel()
-		if err != nil && !errors.Is(err, raftfsm.ErrConflict) {
-			return nil, err
+		if err != nil {
+			// Not flipped (or not known to be): the source's replicas
+			// need not refuse the chunk's writes until their leases'
+			// window ends. Were the command committed after all, the
+			// record shows the flip and the write guard refuses them;
+			// a write that got in meanwhile is a racer, moved later.
+			d.c.ReleaseEmptySpans(context.WithoutCancel(ctx), db, src, chunk)
+			if !errors.Is(err, raftfsm.ErrConflict) {
+				return nil, err
+			}
 		}
 	}
 	return q, nil

@@ -2,6 +2,7 @@ package resharding
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"maps"
 	"slices"
@@ -95,5 +96,40 @@ func TestRefillLeasesEmptySpansBeforeTheirFlip(t *testing.T) {
 	mv, ok := c.proposed[0].(*raftfsm.MoveEmptyBuckets)
 	if !ok || !slices.Equal(mv.Spans, []raftfsm.BucketSpan{{From: 10, To: 14}, {From: 16, To: 20}}) || mv.DestinationShard != 1 {
 		t.Fatalf("proposed %+v, want the spans 10-14 and 16-20 flipped to shard 1", c.proposed[0])
+	}
+}
+
+// TestRefillReleasesTheLeaseOfAFlipNotCommitted: when the command that
+// flips leased empty spans fails (no leader, a timeout) or is refused (a
+// bucket began migrating), the driver ends the source's leases on them at
+// once, so their writes do not wait out the lease's window; a flip that
+// commits releases nothing. An error other than a conflict still fails
+// the refill, to be retried.
+func TestRefillReleasesTheLeaseOfAFlipNotCommitted(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		err     error
+		wantErr bool
+	}{{"committed", nil, false}, {"refused", raftfsm.ErrConflict, false}, {"failed", errors.New("no leader"), true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := &raftfsm.DatabaseRecord{DatabaseName: "db", DatabaseID: "dbid", Etag: 40}
+			rec.Sharding.BucketRanges = bucket.Ranges{{BucketRangeStart: 0, ShardNumber: 0}, {BucketRangeStart: 1000, ShardNumber: 1}}
+			op := &raftfsm.ReshardingOperation{ID: "op", FromBucket: 10, ToBucket: 20, ToShard: 1, Status: raftfsm.OperationRunning}
+			c := &fakeCluster{rec: rec, spanHeld: []uint32{15}, proposeErr: tc.err}
+			d := &Driver{c: c, logger: slog.New(slog.DiscardHandler), queued: map[queueKey][]uint32{}, racers: map[queueKey][]raftfsm.BucketSpan{}}
+			_, err := d.refill(context.Background(), "db", rec, op, 0)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("refill: %v, want an error %v", err, tc.wantErr)
+			}
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			want := [][]raftfsm.BucketSpan{{{From: 10, To: 14}, {From: 16, To: 20}}}
+			if tc.err == nil {
+				want = nil
+			}
+			if !slices.EqualFunc(c.released, want, slices.Equal) {
+				t.Fatalf("released %v, want %v", c.released, want)
+			}
+		})
 	}
 }
