@@ -42,11 +42,11 @@ type Options struct {
 	// starts a node in a temporary directory: a child process when Binary
 	// is set, else in this process.
 	URL string
-	// Binary is a shardnode executable. When set, the node (`serve`) and
-	// the get row's HTTP ceilings (`bench-ceiling`) run as child processes,
-	// each with the scheduler a deployed `shardnode serve` has, and the
-	// load's clients and the raw Pebble baseline stay in this process: the
-	// arrangement of a server and its clients. Empty runs them all in this
+	// Binary is a shardnode executable. When set, the node (`serve`, with
+	// the scheduler a deployed node has) and the get row's HTTP ceilings
+	// (`bench-ceiling`, with Go's default one) run as child processes, and
+	// the load's clients and the raw Pebble baseline stay in this process:
+	// the arrangement of servers and their clients. Empty runs them all in this
 	// process, sharing one Go scheduler (tests do this). The resharding
 	// rows' clusters always run in this process.
 	Binary string

@@ -28,8 +28,8 @@ const (
 // GET with one fixed body the size of a shardnode document response: the
 // most a Go HTTP server can serve here, with the same client setup. It
 // runs in this process, or as a child process (`shardnode bench-ceiling`)
-// arranged like a `shardnode serve` node, so that the ratio compares two
-// servers set up alike.
+// like a `shardnode serve` node, so that the ratio compares two servers
+// each in its own process.
 type httpCeiling struct {
 	label string
 	stop  func() error // ends the server (in-process) or the child

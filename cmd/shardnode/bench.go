@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"os"
 	"os/signal"
@@ -37,7 +36,8 @@ func newBenchCmd() *cobra.Command {
 Unless --url points at a running node, it starts a node in a temporary
 directory as a child process (this binary's serve, with serve's default
 scheduler), and the get row's trivial HTTP servers as child processes
-arranged alike; the clients and raw Pebble run in this process.
+too (with Go's default scheduler, their best here); the clients and raw
+Pebble run in this process.
 --in-process runs the node and those servers in this process instead,
 sharing its scheduler with the clients. The resharding rows always start
 their 3-node clusters in this process. Workloads (select with --workloads):
@@ -176,8 +176,10 @@ func startCPUProfile(path string) (func(), error) {
 
 // newBenchCeilingCmd is the hidden `shardnode bench-ceiling`: the get
 // row's trivial HTTP server, which `shardnode bench` runs as a child
-// process with serve's scheduler, so that its ratio compares two servers
-// arranged alike.
+// process, so that its ratio compares two servers each in its own
+// process. It keeps Go's default scheduler, as a Go service is deployed:
+// serve's four slots per CPU made it slower here (session 22 in
+// docs/benchmarks.md), and a ceiling must be the handler at its best.
 func newBenchCeilingCmd() *cobra.Command {
 	var server, listen string
 	cmd := &cobra.Command{
@@ -186,8 +188,6 @@ func newBenchCeilingCmd() *cobra.Command {
 		Args:   cobra.NoArgs,
 		Hidden: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
-			setSchedulerProcs(0, logger)
 			ln, err := net.Listen("tcp", listen)
 			if err != nil {
 				return fmt.Errorf("bench-ceiling: listen: %w", err)
