@@ -14,11 +14,13 @@ import (
 	"github.com/shardnode/shardnode/testcluster"
 )
 
-// TestChildProcessesRun runs the put, get and rss rows with the node and
-// the HTTP ceilings as child processes of a built shardnode binary, as
-// `shardnode bench` does by default: every row has figures, the rss row
-// reads the node's process and not this one, the node's CPU profile is
-// written, and no child outlives the run.
+// TestChildProcessesRun runs the put, get, rss and reshard-small-buckets
+// rows with the node, the HTTP ceilings and the resharding cluster's nodes
+// as child processes of a built shardnode binary, as `shardnode bench`
+// does by default: every row has figures, the rss row reads the node's
+// process and not this one, the resharding row's cluster is of node
+// processes and its CPU counts theirs, the node's CPU profile is written,
+// and no child outlives the run.
 func TestChildProcessesRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds shardnode and starts it as a child process")
@@ -31,8 +33,8 @@ func TestChildProcessesRun(t *testing.T) {
 	var progress bytes.Buffer
 	rep, err := Run(ctx, Options{
 		Quick: true, Dir: dir, Progress: &progress, Binary: bin, NodeCPUProfile: prof,
-		Workloads: []string{WorkloadPut, WorkloadGet, WorkloadRSS},
-		Clients:   8, Records: 300, Ops: 300, RSSDocs: 300,
+		Workloads: []string{WorkloadPut, WorkloadGet, WorkloadRSS, WorkloadReshardSmall},
+		Clients:   8, Records: 300, Ops: 300, RSSDocs: 300, ReshardBuckets: 5,
 	})
 	if err != nil {
 		t.Fatalf("Run: %v\n%s", err, progress.String())
@@ -49,6 +51,10 @@ func TestChildProcessesRun(t *testing.T) {
 	row, _ := rep.Row("rss", "shardnode")
 	if row.PeakRSSMiB <= 0 || !strings.Contains(row.Note, "the node's process") {
 		t.Errorf("rss row does not read the node's process: %+v", row)
+	}
+	if row, _ := rep.Row(WorkloadReshardSmall, "shardnode"); row.Reshard == nil || row.Reshard.DocumentsMoved <= 0 || row.Reshard.CPUCores <= 0 ||
+		!strings.Contains(row.Note, "cluster of node processes") {
+		t.Errorf("reshard-small-buckets row not measured on a cluster of node processes: %+v", row)
 	}
 	if fi, err := os.Stat(prof); err != nil || fi.Size() == 0 {
 		t.Errorf("node CPU profile not written: %v", err)

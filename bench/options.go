@@ -43,12 +43,13 @@ type Options struct {
 	// is set, else in this process.
 	URL string
 	// Binary is a shardnode executable. When set, the node (`serve`, with
-	// the scheduler a deployed node has) and the get row's HTTP ceilings
-	// (`bench-ceiling`, with Go's default one) run as child processes, and
-	// the load's clients and the raw Pebble baseline stay in this process:
-	// the arrangement of servers and their clients. Empty runs them all in this
-	// process, sharing one Go scheduler (tests do this). The resharding
-	// rows' clusters always run in this process.
+	// the scheduler a deployed node has), the nodes of the resharding
+	// rows' clusters (likewise) and the get row's HTTP ceilings
+	// (`bench-ceiling`, with Go's default scheduler) run as child
+	// processes, while the load's clients and the raw Pebble baselines stay
+	// in this process: the arrangement of servers and their clients. Empty
+	// runs them all in this process, sharing one Go scheduler (tests do
+	// this).
 	Binary string
 	// NodeCPUProfile, with Binary, is passed to the node process as serve's
 	// --cpuprofile: the node's own CPU profile, written when it stops.

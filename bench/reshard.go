@@ -9,10 +9,12 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"os"
 	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -187,7 +189,7 @@ type ReshardFigures struct {
 // reshard runs one resharding workload and returns its rows.
 func (r *run) reshard(ctx context.Context, w string) []Row {
 	if !r.ownNode {
-		skip := "skipped: needs an in-process 3-node cluster (not with --url)"
+		skip := "skipped: needs a 3-node cluster of its own (not with --url)"
 		rows := []Row{{Workload: w, System: sysShardnode, Skipped: skip}}
 		switch w {
 		case WorkloadReshardBulk:
@@ -228,7 +230,7 @@ type reshardEnv struct {
 func (r *run) newReshardEnv(ctx context.Context, name string, clients, rf int) (*reshardEnv, error) {
 	hc := newHTTPClient(clients)
 	start := time.Now()
-	c, err := startCluster(ctx, hc, filepath.Join(r.root, name), r.o.Logger)
+	c, err := startCluster(ctx, hc, filepath.Join(r.root, name), r.o.Binary, r.o.Logger)
 	if err != nil {
 		hc.CloseIdleConnections()
 		return nil, err
@@ -492,13 +494,51 @@ func (f *ReshardFigures) breakdown(ts []migrationTiming) {
 	f.GapP50Ms, _, _ = durationsMs(gap)
 }
 
-// cpuTime is the process's user and system CPU time so far.
-func cpuTime() time.Duration {
+// cpuTime is the user and system CPU time so far of this process and of
+// the cluster's node processes (when they are children): the cores the
+// nodes and their load used.
+func (e *reshardEnv) cpuTime() time.Duration {
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
 		return 0
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	t := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	for _, p := range e.c.procs {
+		t += procCPU(p.pid())
+	}
+	return t
+}
+
+// procCPU is the user and system CPU time so far of process pid, from
+// /proc/<pid>/stat (0 when it cannot be read). Linux counts it in ticks
+// of USER_HZ, which is 100 on every architecture Go supports there.
+func procCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	i := bytes.LastIndexByte(b, ')') // the command name may hold spaces
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:])) // from field 3 (state) on
+	if len(f) < 13 {
+		return 0
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0
+	}
+	return time.Duration(utime+stime) * (time.Second / 100)
+}
+
+// kind names the cluster's arrangement in the rows' notes.
+func (e *reshardEnv) kind() string {
+	if len(e.c.procs) > 0 {
+		return "cluster of node processes"
+	}
+	return "in-process cluster"
 }
 
 // cores is CPU time over wall time.
@@ -573,7 +613,7 @@ func (r *run) reshardSmall(ctx context.Context) Row {
 	}
 	defer es.close()
 	from, to := spanOf(buckets)
-	cpu0 := cpuTime()
+	cpu0 := e.cpuTime()
 	id, start, err := e.startMove(ctx, from, to, 2)
 	if err != nil {
 		return fail(err)
@@ -583,7 +623,7 @@ func (r *run) reshardSmall(ctx context.Context) Row {
 		return fail(err)
 	}
 	total := end.Sub(start)
-	cpu := cpuTime() - cpu0
+	cpu := e.cpuTime() - cpu0
 	if err := e.waitClean(ctx); err != nil {
 		return fail(err)
 	}
@@ -611,9 +651,9 @@ func (r *run) reshardSmall(ctx context.Context) Row {
 	}
 	fig.BucketP50Ms, fig.BucketP99Ms, fig.BucketMaxMs = durationsMs(per)
 	row.Reshard = fig
-	row.Note = fmt.Sprintf("%d non-empty buckets of %d ~1 KiB docs (+%d empty buckets flipped in bulk) moved shard 0→2 in one operation: %.1f s total, %.1f ms per non-empty bucket; p50/p99 per bucket = Moving→OwnershipTransferred on the event stream (%d timed, %d coalesced, max %.0f ms), medians Moving→Moved %.1f ms, Moved→OwnershipTransferred %.1f ms, flip→next Moving %.1f ms; process CPU %.2f cores; %d-node in-process cluster, RF %d",
+	row.Note = fmt.Sprintf("%d non-empty buckets of %d ~1 KiB docs (+%d empty buckets flipped in bulk) moved shard 0→2 in one operation: %.1f s total, %.1f ms per non-empty bucket; p50/p99 per bucket = Moving→OwnershipTransferred on the event stream (%d timed, %d coalesced, max %.0f ms), medians Moving→Moved %.1f ms, Moved→OwnershipTransferred %.1f ms, flip→next Moving %.1f ms; process CPU %.2f cores; %d-node %s, RF %d",
 		n, reshardDocsPerBkt, fig.EmptyBuckets, total.Seconds(), fig.MsPerBucket, fig.Timed, fig.Coalesced, fig.BucketMaxMs,
-		fig.SendP50Ms, fig.ConfirmP50Ms, fig.GapP50Ms, fig.CPUCores, reshardNodes, reshardRF)
+		fig.SendP50Ms, fig.ConfirmP50Ms, fig.GapP50Ms, fig.CPUCores, reshardNodes, e.kind(), reshardRF)
 	if moved != n {
 		row.Note += fmt.Sprintf("; WARNING: the operation ran %d migrations for %d non-empty buckets", moved, n)
 	}
@@ -709,7 +749,7 @@ func (r *run) reshardBulkNode(ctx context.Context, docs int, seed uint64, rf int
 	}
 	defer es.close()
 	dst := (where.Shard + 1) % reshardShards
-	cpu0 := cpuTime()
+	cpu0 := e.cpuTime()
 	id, start, err := e.startMove(ctx, where.Bucket, where.Bucket, dst)
 	if err != nil {
 		return fail(err)
@@ -718,7 +758,7 @@ func (r *run) reshardBulkNode(ctx context.Context, docs int, seed uint64, rf int
 	if err != nil {
 		return fail(err)
 	}
-	cpu := cpuTime() - cpu0
+	cpu := e.cpuTime() - cpu0
 	if err := e.waitClean(ctx); err != nil {
 		return fail(err)
 	}
@@ -739,9 +779,9 @@ func (r *run) reshardBulkNode(ctx context.Context, docs int, seed uint64, rf int
 	row.Reshard = &ReshardFigures{Buckets: 1, TransferSeconds: transfer.Seconds(), SendSeconds: send.Seconds(), ConfirmSeconds: confirm.Seconds(),
 		TotalSeconds: end.Sub(start).Seconds(), DocumentsMoved: op.DocumentsMoved, BytesMoved: op.BytesMoved, LoadSeconds: loadTime.Seconds(),
 		CPUCores: cores(cpu, end.Sub(start))}
-	row.Note = fmt.Sprintf("one bucket of %d docs of %d B (%.0f MB) moved shard %d→%d: %.0f MB BytesMoved (bodies, ids, change vectors + 64 B each) in %.2f s Moving→OwnershipTransferred (Moving→Moved %.2f s, Moved→OwnershipTransferred %.2f s; %.2f s POST→Completed); every destination replica confirms; process CPU %.2f cores; %d-node in-process cluster, RF %d",
+	row.Note = fmt.Sprintf("one bucket of %d docs of %d B (%.0f MB) moved shard %d→%d: %.0f MB BytesMoved (bodies, ids, change vectors + 64 B each) in %.2f s Moving→OwnershipTransferred (Moving→Moved %.2f s, Moved→OwnershipTransferred %.2f s; %.2f s POST→Completed); every destination replica confirms; process CPU %.2f cores; %d-node %s, RF %d",
 		docs, bulkDocBytes, float64(docs)*bulkDocBytes/1e6, where.Shard, dst, float64(op.BytesMoved)/1e6, transfer.Seconds(),
-		send.Seconds(), confirm.Seconds(), end.Sub(start).Seconds(), row.Reshard.CPUCores, reshardNodes, rf)
+		send.Seconds(), confirm.Seconds(), end.Sub(start).Seconds(), row.Reshard.CPUCores, reshardNodes, e.kind(), rf)
 	if op.DocumentsMoved != int64(docs) {
 		row.Note += fmt.Sprintf("; WARNING: DocumentsMoved %d, loaded %d", op.DocumentsMoved, docs)
 	}
@@ -833,8 +873,8 @@ func (r *run) reshardBulkForeground(ctx context.Context) []Row {
 		took  time.Duration
 		limit string
 	}{{op1, took1, "unpaced"}, {op2, took2, fmt.Sprintf("paced at %.1f MiB/s (resharding.max-send-bytes-per-sec on every node)", float64(r.o.ReshardSendLimit)/(1<<20))}} {
-		rows[2*i].Note = fmt.Sprintf("%d clients' durable PUTs of ~1 KiB into other buckets while one bucket of %d docs (%.0f MB moved) moves between shards, %s: %.1f s, %.1f MB/s; %d-node in-process cluster, RF %d",
-			clients, docs, float64(m.op.BytesMoved)/1e6, m.limit, m.took.Seconds(), float64(m.op.BytesMoved)/1e6/m.took.Seconds(), reshardNodes, reshardRF)
+		rows[2*i].Note = fmt.Sprintf("%d clients' durable PUTs of ~1 KiB into other buckets while one bucket of %d docs (%.0f MB moved) moves between shards, %s: %.1f s, %.1f MB/s; %d-node %s, RF %d",
+			clients, docs, float64(m.op.BytesMoved)/1e6, m.limit, m.took.Seconds(), float64(m.op.BytesMoved)/1e6/m.took.Seconds(), reshardNodes, e.kind(), reshardRF)
 		rows[2*i+1].Note = fmt.Sprintf("the same load on the same cluster for %.0f s before the moves; sn/base = during the move / without", dur.Seconds())
 	}
 	return rows
@@ -1062,7 +1102,7 @@ func (r *run) reshardForeground(ctx context.Context, open bool) []Row {
 	stop = make(chan struct{})
 	busyc := make(chan fgResult, 1)
 	go func() { busyc <- phase(stop) }()
-	cpu0 := cpuTime()
+	cpu0 := e.cpuTime()
 	id, start, err := e.startMove(ctx, from, to, 2)
 	var op operationState
 	var end time.Time
@@ -1070,7 +1110,7 @@ func (r *run) reshardForeground(ctx context.Context, open bool) []Row {
 		op, end, err = e.waitMove(ctx, es, id)
 	}
 	close(stop)
-	cpu := cpuTime() - cpu0
+	cpu := e.cpuTime() - cpu0
 	busy := <-busyc
 	if err != nil {
 		return fail(err)
@@ -1137,11 +1177,11 @@ func (r *run) reshardForeground(ctx context.Context, open bool) []Row {
 
 	rows := []Row{busy.row(w, sysShardnode), idle.row(w, sysNoMove)}
 	rows[0].Reshard = fig
-	rows[0].Note = fmt.Sprintf("%d clients' durable PUTs of ~1 KiB, %s (%d into the bucket migrating now, %d outside the moving range) during a move of %d non-empty buckets (+%d empty) shard 0→2, %.1f s (per bucket p50 %.1f ms; process CPU %.2f cores); flip pause, per flip the longest write into the flipping bucket in flight while the nodes applied the flip (first to last node's event ±%d ms, span p50 %.1f / p99 %.1f ms): p50 %.1f / p99 %.1f / max %.1f ms, against %.1f / %.1f ms for %d writers outside the moving range in the same spans, so the flip adds p50 %.1f / p99 %.1f / max %.1f ms (%d flips; the same difference between two such groups of writers, the noise floor: p50 %.1f / p99 %.1f ms; the same difference for the same bucket halfway between Moving and the flip, the move without the flip: p50 %.1f / p99 %.1f ms); old definition (longest write into the flipping bucket within ±%d ms of OwnershipTransferred) p50 %.1f / p99 %.1f / max %.1f ms over %d of %d flips; measured by the nodes (the delay a refusal after a flip added to each write until its attempt at the new owner began) p50 %.1f / p99 %.1f / max %.1f ms over %d rerouted writes, and the wait of the writes the new owner held for the source's last pass p50 %.1f / p99 %.1f / max %.1f ms over %d held writes, the senders' last passes (flip seen to pass stored) p50 %.1f / p99 %.1f ms over %d passes, of which fencing the source's other replicas p50 %.1f / p99 %.1f ms, at once its own writes in flight p50 %.1f / p99 %.1f ms, then the pass p50 %.1f / p99 %.1f ms; writes into moving buckets p99 %.1f ms; %d-node in-process cluster, RF %d",
+	rows[0].Note = fmt.Sprintf("%d clients' durable PUTs of ~1 KiB, %s (%d into the bucket migrating now, %d outside the moving range) during a move of %d non-empty buckets (+%d empty) shard 0→2, %.1f s (per bucket p50 %.1f ms; process CPU %.2f cores); flip pause, per flip the longest write into the flipping bucket in flight while the nodes applied the flip (first to last node's event ±%d ms, span p50 %.1f / p99 %.1f ms): p50 %.1f / p99 %.1f / max %.1f ms, against %.1f / %.1f ms for %d writers outside the moving range in the same spans, so the flip adds p50 %.1f / p99 %.1f / max %.1f ms (%d flips; the same difference between two such groups of writers, the noise floor: p50 %.1f / p99 %.1f ms; the same difference for the same bucket halfway between Moving and the flip, the move without the flip: p50 %.1f / p99 %.1f ms); old definition (longest write into the flipping bucket within ±%d ms of OwnershipTransferred) p50 %.1f / p99 %.1f / max %.1f ms over %d of %d flips; measured by the nodes (the delay a refusal after a flip added to each write until its attempt at the new owner began) p50 %.1f / p99 %.1f / max %.1f ms over %d rerouted writes, and the wait of the writes the new owner held for the source's last pass p50 %.1f / p99 %.1f / max %.1f ms over %d held writes, the senders' last passes (flip seen to pass stored) p50 %.1f / p99 %.1f ms over %d passes, of which fencing the source's other replicas p50 %.1f / p99 %.1f ms, at once its own writes in flight p50 %.1f / p99 %.1f ms, then the pass p50 %.1f / p99 %.1f ms; writes into moving buckets p99 %.1f ms; %d-node %s, RF %d",
 		clients, loadNote, movers, clients-movers, n, fig.EmptyBuckets, fig.TotalSeconds, fig.BucketP50Ms, fig.CPUCores,
 		flipSlack.Milliseconds(), fig.FlipSpanP50Ms, fig.FlipSpanP99Ms, fig.AtFlipP50Ms, fig.AtFlipP99Ms, fig.AtFlipMaxMs, fig.ControlP50Ms, fig.ControlP99Ms, movers,
 		fig.FlipExcessP50Ms, fig.FlipExcessP99Ms, fig.FlipExcessMaxMs, fig.FlipsMeasured, fig.NoiseP50Ms, fig.NoiseP99Ms, fig.MidMoveExcessP50Ms, fig.MidMoveExcessP99Ms, flipWindow.Milliseconds(),
-		fig.FlipPauseP50Ms, fig.FlipPauseP99Ms, fig.FlipPauseMaxMs, fig.FlipsWithWrites, fig.Flips, fig.ReroutedP50Ms, fig.ReroutedP99Ms, fig.ReroutedMaxMs, fig.Rerouted, fig.HeldP50Ms, fig.HeldP99Ms, fig.HeldMaxMs, fig.Held, fig.LastPassP50Ms, fig.LastPassP99Ms, fig.LastPasses, fig.PeerFenceP50Ms, fig.PeerFenceP99Ms, fig.OwnFenceP50Ms, fig.OwnFenceP99Ms, fig.PassSendP50Ms, fig.PassSendP99Ms, fig.MovingWritesP99Ms, reshardNodes, reshardRF)
+		fig.FlipPauseP50Ms, fig.FlipPauseP99Ms, fig.FlipPauseMaxMs, fig.FlipsWithWrites, fig.Flips, fig.ReroutedP50Ms, fig.ReroutedP99Ms, fig.ReroutedMaxMs, fig.Rerouted, fig.HeldP50Ms, fig.HeldP99Ms, fig.HeldMaxMs, fig.Held, fig.LastPassP50Ms, fig.LastPassP99Ms, fig.LastPasses, fig.PeerFenceP50Ms, fig.PeerFenceP99Ms, fig.OwnFenceP50Ms, fig.OwnFenceP99Ms, fig.PassSendP50Ms, fig.PassSendP99Ms, fig.MovingWritesP99Ms, reshardNodes, e.kind(), reshardRF)
 	rows[1].Note = fmt.Sprintf("the same load on the same cluster for %.0f s before the move (movers write into random buckets of the range); sn/base = with move / without", dur.Seconds())
 	if open {
 		rows[1].Note += "; " + loadNote

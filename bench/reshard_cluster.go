@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/shardnode/shardnode/config"
@@ -20,18 +21,21 @@ import (
 // reshardNodes is the size of the local cluster the resharding rows start.
 const reshardNodes = 3
 
-// benchCluster is a local cluster of in-process nodes with clustered
-// embedded NATS servers, its data in a temporary directory.
+// benchCluster is a local cluster of nodes with clustered embedded NATS
+// servers, its data in a temporary directory: nodes in this process, or
+// child processes (`shardnode serve`) when the run has a Binary.
 type benchCluster struct {
 	dir   string
 	nodes []*node.Node
+	procs []*childProc
 	urls  []string
 }
 
-// startCluster starts reshardNodes nodes in dir: A bootstraps, the others
-// join it; every embedded NATS server routes to the others. It returns
-// once every node's /cluster lists them all and names a leader.
-func startCluster(ctx context.Context, hc *http.Client, dir string, logger *slog.Logger) (*benchCluster, error) {
+// startCluster starts reshardNodes nodes in dir, as child processes of
+// binary when it is set: A bootstraps, the others join it; every embedded
+// NATS server routes to the others. It returns once every node's /cluster
+// lists them all and names a leader.
+func startCluster(ctx context.Context, hc *http.Client, dir, binary string, logger *slog.Logger) (*benchCluster, error) {
 	routes, err := freeport.Take(reshardNodes)
 	if err != nil {
 		return nil, err
@@ -55,6 +59,16 @@ func startCluster(ctx context.Context, hc *http.Client, dir string, logger *slog
 		if i > 0 {
 			cfg.Raft.Bootstrap = false
 			cfg.Raft.Join = c.urls[0]
+		}
+		if binary != "" {
+			p, url, err := startClusterChild(ctx, hc, binary, &cfg)
+			if err != nil {
+				c.close()
+				return nil, fmt.Errorf("start node %s: %w", tag, err)
+			}
+			c.procs = append(c.procs, p)
+			c.urls = append(c.urls, url)
+			continue
 		}
 		sctx, cancel := context.WithTimeout(ctx, 90*time.Second)
 		n, err := node.Start(sctx, &cfg, logger)
@@ -94,9 +108,42 @@ func (c *benchCluster) close() error {
 	for i := len(c.nodes) - 1; i >= 0; i-- {
 		errs = append(errs, c.nodes[i].Close())
 	}
-	c.nodes = nil
+	for i := len(c.procs) - 1; i >= 0; i-- {
+		errs = append(errs, c.procs[i].stop())
+	}
+	c.nodes, c.procs = nil, nil
 	errs = append(errs, os.RemoveAll(c.dir))
 	return errors.Join(errs...)
+}
+
+// startClusterChild runs cfg's node as `binary serve`, on fixed loopback
+// ports (a child cannot report the ports it would bind for ":0"), and
+// waits until it answers /healthz.
+func startClusterChild(ctx context.Context, hc *http.Client, binary string, cfg *config.Config) (*childProc, string, error) {
+	ports, err := freeport.Take(3)
+	if err != nil {
+		return nil, "", err
+	}
+	if err := os.MkdirAll(cfg.Node.DataDir, 0o755); err != nil {
+		return nil, "", fmt.Errorf("node dir: %w", err)
+	}
+	addr := func(i int) string { return fmt.Sprintf("127.0.0.1:%d", ports[i]) }
+	args := []string{"serve", "--tag", cfg.Node.Tag, "--data-dir", filepath.Join(cfg.Node.DataDir, "data"),
+		"--http-addr", addr(0), "--raft-addr", addr(1), "--nats-listen", addr(2),
+		"--nats-cluster-listen", cfg.NATS.ClusterListen, "--nats-routes", strings.Join(cfg.NATS.Routes, ","),
+		"--cluster-name", cfg.Cluster.Name, fmt.Sprintf("--bootstrap=%v", cfg.Raft.Bootstrap)}
+	if cfg.Raft.Join != "" {
+		args = append(args, "--join", cfg.Raft.Join)
+	}
+	p, err := startChild("node "+cfg.Node.Tag, binary, args, filepath.Join(cfg.Node.DataDir, "node.log"))
+	if err != nil {
+		return nil, "", err
+	}
+	url := "http://" + addr(0)
+	if err := p.waitReady(ctx, hc, url+"/healthz"); err != nil {
+		return nil, "", errors.Join(err, p.stop())
+	}
+	return p, url, nil
 }
 
 // waitUntil calls cond every 50 ms until it returns nil, and fails with its

@@ -92,7 +92,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	case base == "" && onlyReshard:
 		// The resharding rows start clusters of their own.
 		r.ownNode = true
-		rep.Target = fmt.Sprintf("in-process %d-node clusters (data in a temporary directory), one per resharding workload", reshardNodes)
+		rep.Target = fmt.Sprintf("%s %d-node clusters (data in a temporary directory), one per resharding workload", clusterKind(o), reshardNodes)
 	case base == "" && o.Binary != "":
 		r.logf("starting a node process (%s serve) in %s", o.Binary, root)
 		p, url, err := startChildNode(ctx, r.hc, o.Binary, filepath.Join(root, "node"), o.NodeCPUProfile)
@@ -117,7 +117,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		r.ownNode = true
 		rep.Target = "in-process node (data in a temporary directory), " + base
 		if want[WorkloadReshardSmall] || want[WorkloadReshardBulk] || want[WorkloadReshardForeground] || want[WorkloadReshardBulkForeground] {
-			rep.Target += fmt.Sprintf("; resharding rows: in-process %d-node clusters, one per workload", reshardNodes)
+			rep.Target += fmt.Sprintf("; resharding rows: %s %d-node clusters, one per workload", clusterKind(o), reshardNodes)
 		}
 	default:
 		var buf bytes.Buffer
@@ -179,6 +179,14 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	rep.Seconds = time.Since(started).Seconds()
 	rep.LoadAfter = loadAvg()
 	return rep, nil
+}
+
+// clusterKind says how the resharding rows' clusters run.
+func clusterKind(o Options) string {
+	if o.Binary != "" {
+		return "node-process (" + o.Binary + " serve)"
+	}
+	return "in-process"
 }
 
 // startCeiling starts the trivial HTTP server label names (sysHTTP or
