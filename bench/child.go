@@ -127,24 +127,33 @@ func (p *childProc) exitErr() error {
 }
 
 // startChildNode runs `binary serve` as a one-node cluster with its data
-// in dir, on loopback ports free a moment ago, and waits until its
-// /healthz says it is ready. cpuProfile, when set, is passed on as serve's
-// --cpuprofile.
+// in dir, and waits until its /healthz says it is ready. cpuProfile, when
+// set, is passed on as serve's --cpuprofile.
 func startChildNode(ctx context.Context, hc *http.Client, binary, dir, cpuProfile string) (*childProc, string, error) {
+	var extra []string
+	if cpuProfile != "" {
+		extra = []string{"--cpuprofile", cpuProfile}
+	}
+	return startServe(ctx, hc, binary, "node", dir, extra)
+}
+
+// startServe runs `binary serve` with its data under dir and its log in
+// dir/node.log, on HTTP, raft and NATS loopback ports free a moment ago (a
+// child cannot report the ports it would bind for ":0"), with extra
+// flags, and waits until its /healthz answers 200. It returns the child
+// and its base URL.
+func startServe(ctx context.Context, hc *http.Client, binary, name, dir string, extra []string) (*childProc, string, error) {
 	ports, err := freeport.Take(3)
 	if err != nil {
-		return nil, "", fmt.Errorf("node ports: %w", err)
+		return nil, "", fmt.Errorf("%s ports: %w", name, err)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, "", fmt.Errorf("node dir: %w", err)
+		return nil, "", fmt.Errorf("%s dir: %w", name, err)
 	}
 	addr := func(i int) string { return "127.0.0.1:" + strconv.Itoa(ports[i]) }
-	args := []string{"serve", "--data-dir", filepath.Join(dir, "data"),
-		"--http-addr", addr(0), "--raft-addr", addr(1), "--nats-listen", addr(2)}
-	if cpuProfile != "" {
-		args = append(args, "--cpuprofile", cpuProfile)
-	}
-	p, err := startChild("node", binary, args, filepath.Join(dir, "node.log"))
+	args := append([]string{"serve", "--data-dir", filepath.Join(dir, "data"),
+		"--http-addr", addr(0), "--raft-addr", addr(1), "--nats-listen", addr(2)}, extra...)
+	p, err := startChild(name, binary, args, filepath.Join(dir, "node.log"))
 	if err != nil {
 		return nil, "", err
 	}

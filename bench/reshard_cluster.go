@@ -116,34 +116,15 @@ func (c *benchCluster) close() error {
 	return errors.Join(errs...)
 }
 
-// startClusterChild runs cfg's node as `binary serve`, on fixed loopback
-// ports (a child cannot report the ports it would bind for ":0"), and
-// waits until it answers /healthz.
+// startClusterChild runs cfg's node as `binary serve` (see startServe).
 func startClusterChild(ctx context.Context, hc *http.Client, binary string, cfg *config.Config) (*childProc, string, error) {
-	ports, err := freeport.Take(3)
-	if err != nil {
-		return nil, "", err
-	}
-	if err := os.MkdirAll(cfg.Node.DataDir, 0o755); err != nil {
-		return nil, "", fmt.Errorf("node dir: %w", err)
-	}
-	addr := func(i int) string { return fmt.Sprintf("127.0.0.1:%d", ports[i]) }
-	args := []string{"serve", "--tag", cfg.Node.Tag, "--data-dir", filepath.Join(cfg.Node.DataDir, "data"),
-		"--http-addr", addr(0), "--raft-addr", addr(1), "--nats-listen", addr(2),
+	extra := []string{"--tag", cfg.Node.Tag, "--cluster-name", cfg.Cluster.Name,
 		"--nats-cluster-listen", cfg.NATS.ClusterListen, "--nats-routes", strings.Join(cfg.NATS.Routes, ","),
-		"--cluster-name", cfg.Cluster.Name, fmt.Sprintf("--bootstrap=%v", cfg.Raft.Bootstrap)}
+		fmt.Sprintf("--bootstrap=%v", cfg.Raft.Bootstrap)}
 	if cfg.Raft.Join != "" {
-		args = append(args, "--join", cfg.Raft.Join)
+		extra = append(extra, "--join", cfg.Raft.Join)
 	}
-	p, err := startChild("node "+cfg.Node.Tag, binary, args, filepath.Join(cfg.Node.DataDir, "node.log"))
-	if err != nil {
-		return nil, "", err
-	}
-	url := "http://" + addr(0)
-	if err := p.waitReady(ctx, hc, url+"/healthz"); err != nil {
-		return nil, "", errors.Join(err, p.stop())
-	}
-	return p, url, nil
+	return startServe(ctx, hc, binary, "node "+cfg.Node.Tag, cfg.Node.DataDir, extra)
 }
 
 // waitUntil calls cond every 50 ms until it returns nil, and fails with its
