@@ -81,7 +81,7 @@ func (p *childProc) waitReady(ctx context.Context, hc *http.Client, url string) 
 		case <-p.exited:
 			return fmt.Errorf("%s exited before it was ready (%v); its log ends:\n%s", p.name, p.err, p.logTail())
 		case <-ctx.Done():
-			return fmt.Errorf("%s not ready after %s (%v); its log ends:\n%s", p.name, childStartTimeout, last, p.logTail())
+			return fmt.Errorf("%s not ready (%w; its last answer: %v); its log ends:\n%s", p.name, ctx.Err(), last, p.logTail())
 		case <-tick.C:
 		}
 	}
@@ -183,5 +183,5 @@ func startChildCeiling(ctx context.Context, binary, logDir, label string) (*http
 	if err := p.waitReady(ctx, hc, base+"/docs?id=probe"); err != nil {
 		return nil, errors.Join(err, p.stop())
 	}
-	return &httpCeiling{label: label, stop: p.stop, child: p, base: base}, nil
+	return &httpCeiling{label: label, stop: p.stop, base: base}, nil
 }

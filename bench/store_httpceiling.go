@@ -33,7 +33,6 @@ const (
 type httpCeiling struct {
 	label string
 	stop  func() error // ends the server (in-process) or the child
-	child *childProc   // nil in-process
 	base  string       // http://host:port
 }
 

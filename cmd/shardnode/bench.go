@@ -38,9 +38,10 @@ directory as a child process (this binary's serve, with serve's default
 scheduler), and the get row's trivial HTTP servers as child processes
 too (with Go's default scheduler, their best here); the clients and raw
 Pebble run in this process.
---in-process runs the node and those servers in this process instead,
-sharing its scheduler with the clients. The resharding rows always start
-their 3-node clusters in this process. Workloads (select with --workloads):
+The resharding rows start 3-node clusters of such child processes.
+--in-process runs the node, those servers and the clusters' nodes in this
+process instead, sharing its scheduler with the clients. Workloads
+(select with --workloads):
 
   bulk      bulk insert of 1 KiB documents through bulk_docs (docs/s, MB/s)
   put       durable single-document PUT of new documents
@@ -93,7 +94,7 @@ any workload failed.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&o.URL, "url", "", "base URL of a running node to measure (default: start one in a temporary directory)")
-	fl.BoolVar(&f.inProcess, "in-process", false, "run the node and the HTTP ceilings in this process, sharing its scheduler with the clients, instead of as child processes")
+	fl.BoolVar(&f.inProcess, "in-process", false, "run the node, the HTTP ceilings and the resharding clusters' nodes in this process, sharing its scheduler with the clients, instead of as child processes")
 	fl.StringVar(&o.Dir, "dir", "", "directory for temporary data (default: the system's temporary directory)")
 	fl.BoolVar(&o.Quick, "quick", false, "a few-second smoke run with small counts that still produces every row")
 	fl.IntVar(&o.Clients, "clients", 0, "concurrent clients of the closed-loop workloads (default 64)")
