@@ -87,7 +87,7 @@ func TestRefusingReplicaWaitsForItsPeersToHoldItsWrites(t *testing.T) {
 			}
 			held = b.LastEtag
 			answer(m, http.StatusOK, replication.ProgressReply{Etag: held})
-		case opShardWriteBin, "shard.write":
+		case opShardWriteOnce, opShardWriteBin, "shard.write":
 			writes = append(writes, op)
 			answer(m, http.StatusBadRequest, "Z takes no writes in this test")
 		default: // the catch-up's questions: Z does not answer them

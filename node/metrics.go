@@ -335,6 +335,8 @@ var (
 	descDocCacheMisses = prometheus.NewDesc("shardnode_replica_doc_cache_misses_total", "Point reads of a local replica that read Pebble (absent ids included).", []string{"db", "shard"}, nil)
 	descSendLimit      = prometheus.NewDesc("shardnode_resharding_send_limit_bytes_per_second", "The move bandwidth: bytes per second this node sends of the buckets it moves out (0: no limit).", nil, nil)
 	descSendWait       = prometheus.NewDesc("shardnode_resharding_send_wait_seconds_total", "Time the batches of buckets this node moves out waited for the move bandwidth.", nil, nil)
+	descWriteResends   = prometheus.NewDesc("shardnode_routed_write_resends_total", "Copies of client writes this node routed to other nodes that it sent again because no answer came (see shard.write.once).", nil, nil)
+	descWritesRemember = prometheus.NewDesc("shardnode_routed_writes_remembered", "Routed writes of other nodes whose answers this node keeps, so that a copy sent again gets the same answer.", nil, nil)
 )
 
 // Describe sends nothing: the collector is unchecked, as its label values
@@ -353,6 +355,8 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descReady, b2f(n.ready.Load()))
 	gauge(descSendLimit, float64(n.sendLimit.limit()))
 	counter(descSendWait, time.Duration(n.sendLimit.waited.Load()).Seconds())
+	counter(descWriteResends, float64(n.writeResends.Load()))
+	gauge(descWritesRemember, float64(n.writesOnce.size()))
 	gauge(descCurrent, b2f(n.fresh.fresh()))
 	if n.raft != nil {
 		state := n.raft.r.State()

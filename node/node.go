@@ -95,6 +95,13 @@ type Node struct {
 	// spanLeases are the empty spans this node's source replicas leased
 	// to the resharding driver before their bulk flip (see opSpanLease).
 	spanLeases spanLeases
+	// writeSeqs number the client writes this node routes to replicas on
+	// other nodes, and writesOnce remembers those it ran for other
+	// routers, so that a routed write resent after a lost answer runs
+	// once (see opShardWriteOnce).
+	writeSeqs    *writeSeqs
+	writesOnce   *onceTable
+	writeResends atomic.Int64 // copies sent again, for /metrics
 	// staleRefusals: a replica refused a routed write while this node was
 	// not fresh (see refusedWhileStale); the next confirmation catches
 	// the replicas up first.
@@ -144,7 +151,7 @@ func Start(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Nod
 		logger = slog.New(slog.DiscardHandler)
 	}
 	logger = logger.With("node", cfg.Node.Tag)
-	n := &Node{cfg: cfg, logger: logger, fsm: raftfsm.New(), started: time.Now(), incarnation: strconv.FormatUint(rand.Uint64(), 36), health: newHealth(cfg.Node.Tag), reroutes: newReroutes(), holds: newReroutes(), passTotals: newReroutes(), passFences: newReroutes(), passOwnFences: newReroutes(), passSends: newReroutes(), lastPasses: newLastPasses(), rpcHandlers: map[string]rpcHandler{}, regKick: make(chan struct{}, 1), refused: make(chan struct{}), fresh: newFreshness(), readyCh: make(chan struct{}), drained: make(chan struct{})}
+	n := &Node{cfg: cfg, logger: logger, fsm: raftfsm.New(), started: time.Now(), incarnation: strconv.FormatUint(rand.Uint64(), 36), health: newHealth(cfg.Node.Tag), reroutes: newReroutes(), holds: newReroutes(), passTotals: newReroutes(), passFences: newReroutes(), passOwnFences: newReroutes(), passSends: newReroutes(), lastPasses: newLastPasses(), rpcHandlers: map[string]rpcHandler{}, regKick: make(chan struct{}, 1), refused: make(chan struct{}), fresh: newFreshness(), readyCh: make(chan struct{}), drained: make(chan struct{}), writeSeqs: newWriteSeqs(), writesOnce: newOnceTable()}
 	runCtx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
 	n.runCtx = runCtx

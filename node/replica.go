@@ -770,7 +770,13 @@ func (r *remoteReplica) get(ctx context.Context, ids []string, recordEtag uint64
 func (r *remoteReplica) write(ctx context.Context, ops []storage.Op, wc writeConcern, routed uint64) ([]storage.Result, error) {
 	req := writeRequest{DB: r.db, Shard: r.shard, WaitFor: wc.Replicas, WaitTimeout: wc.Timeout, RecordEtag: routed, Ops: ops}
 	data := appendWriteRequest(make([]byte, 0, writeRequestLen(req)), req)
-	raw, err := r.n.callRaw(ctx, r.tag, opShardWriteBin, data)
+	raw, err := r.n.callOnce(ctx, r.tag, data)
+	if isUnknownOp(err) {
+		// A node of an earlier version, during a rolling upgrade: it
+		// refused the op without running anything, and takes the
+		// write in one copy.
+		raw, err = r.n.callRaw(ctx, r.tag, opShardWriteBin, data)
+	}
 	if isUnknownOp(err) {
 		// A node of an earlier version, during a rolling upgrade: it
 		// refused the op without running anything.
@@ -892,6 +898,7 @@ func (n *Node) registerShardRPC() {
 		l.routed = true
 		return l.write(ctx, req.Ops, writeConcern{Replicas: req.WaitFor, Timeout: req.WaitTimeout}, req.RecordEtag)
 	}
+	n.rpcHandlers[opShardWriteOnce] = n.serveWriteOnce(n.rpcHandlers[opShardWriteBin])
 	// The JSON form, for writes from nodes of earlier versions.
 	n.rpcHandlers["shard.write"] = func(ctx context.Context, data []byte) (any, error) {
 		l, req, err := local(data)
