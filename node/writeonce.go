@@ -166,9 +166,10 @@ func (n *Node) callOnce(ctx context.Context, tag string, data []byte) ([]byte, e
 		lost := send > 1 && errors.Is(err, errUnreachable)
 		if target == "" || ctx.Err() != nil || !(timedOut || lost) {
 			// A later copy's refusal that would send the write to
-			// another member (a 503: the node stops, say) is no proof
-			// either: the first copy may have run.
-			if lost || (send > 1 && err != nil && (ctx.Err() != nil || retryable(err))) {
+			// another member (a 503: the node stops, say) or in
+			// another op (a node now of an earlier version) is no
+			// proof either: the first copy may have run.
+			if lost || (send > 1 && err != nil && (ctx.Err() != nil || retryable(err) || isUnknownOp(err))) {
 				return nil, fmt.Errorf("%s to node %s, sent %d times with no answer: %w", opShardWriteOnce, tag, send, errTimeout)
 			}
 			return raw, err
