@@ -197,9 +197,13 @@ type onceTable struct {
 	swept   time.Time
 }
 
-// routerWrites are one router run's writes this node ran or runs.
+// routerWrites are one router run's writes this node ran or runs. Its
+// floor is kept until, as long as a copy of a number below it may still
+// come (the latest request's deadline, plus onceSlack), even when no
+// answer is left to keep.
 type routerWrites struct {
 	floor uint64
+	until time.Time
 	runs  map[uint64]*onceRun
 }
 
@@ -238,6 +242,9 @@ func (t *onceTable) do(ctx context.Context, from string, seq, floor uint64, send
 		rw = &routerWrites{runs: map[uint64]*onceRun{}}
 		t.routers[from] = rw
 	}
+	if u := now.Add(timeout + onceSlack); u.After(rw.until) {
+		rw.until = u
+	}
 	if floor > rw.floor {
 		rw.floor = floor
 		for s := range rw.runs {
@@ -263,7 +270,7 @@ func (t *onceTable) do(ctx context.Context, from string, seq, floor uint64, send
 		t.mu.Unlock()
 		return nil, errOnceUnknown("routed write %d from %s: copy %d reached node run %s, not the run %q its first copy went to, which may have run it", seq, from, send, self, target)
 	}
-	r := &onceRun{done: make(chan struct{}), until: now.Add(timeout + onceSlack)}
+	r := &onceRun{done: make(chan struct{}), until: rw.until}
 	rw.runs[seq] = r
 	t.mu.Unlock()
 	r.raw, r.err = run()
@@ -272,7 +279,7 @@ func (t *onceTable) do(ctx context.Context, from string, seq, floor uint64, send
 }
 
 // sweep forgets the answers past their time, and the routers left with
-// none.
+// none whose floor no copy can need any more.
 func (t *onceTable) sweep(now time.Time) {
 	for k, rw := range t.routers {
 		for s, r := range rw.runs {
@@ -284,7 +291,7 @@ func (t *onceTable) sweep(now time.Time) {
 			default: // running: its copies wait for it
 			}
 		}
-		if len(rw.runs) == 0 {
+		if len(rw.runs) == 0 && now.After(rw.until) {
 			delete(t.routers, k)
 		}
 	}

@@ -88,6 +88,18 @@ func TestOnceTableRunsEachNumberOnce(t *testing.T) {
 	if raw, err := once("B r1", 11, 8, 3, "me"); err != nil || string(raw) != "11" || runs.Load() != 5 {
 		t.Fatalf("a third copy of a write never seen: %q, %v (%d runs), want it run", raw, err, runs.Load())
 	}
+	// A refused copy leaves no answer, but its router's floor stays
+	// while a late copy below it may come: such a copy is refused, not
+	// run, even once the answers around it are gone.
+	if _, err := once("E r1", 3, 3, 2, "earlier"); !unknown(err) {
+		t.Fatalf("router E's second copy to another run: %v", err)
+	}
+	tbl.mu.Lock()
+	tbl.sweep(time.Now().Add(2 * time.Second))
+	tbl.mu.Unlock()
+	if _, err := once("E r1", 2, 1, 1, "me"); !unknown(err) || runs.Load() != 5 {
+		t.Fatalf("a late first copy below router E's floor after a sweep: %v (%d runs), want WriteOutcomeUnknown, not run", err, runs.Load())
+	}
 	// Past their time the answers go.
 	if got := tbl.size(); got != 4 { // B's 8, 10, 11 and C's 7
 		t.Fatalf("%d answers kept, want 4", got)
