@@ -229,43 +229,28 @@ func (n *Node) leaseSpans(ctx context.Context, req spanLeaseRequest) (spanLeaseR
 // spans that those that answered within sourceFenceAsk hold items in.
 func (c reshardCluster) LeaseEmptySpans(ctx context.Context, db string, shard, to int, spans []raftfsm.BucketSpan) []uint32 {
 	n := c.n
-	rec := n.recordOf(db)
-	if rec == nil || rec.Sharding.Shards[shard] == nil || len(spans) == 0 {
+	if len(spans) == 0 {
 		return nil
 	}
 	req := spanLeaseRequest{DB: db, Shard: shard, To: to, Spans: spans}
 	var mu sync.Mutex
 	held := map[uint32]bool{}
-	var wg sync.WaitGroup
-	for _, tag := range rec.Sharding.Shards[shard].Members {
-		if tag != n.cfg.Node.Tag && !n.health.up(tag) {
-			continue
-		}
-		wg.Go(func() {
-			actx, cancel := context.WithTimeout(ctx, sourceFenceAsk)
-			defer cancel()
+	n.askShardReplicas(ctx, db, shard, "source replica gave no lease on empty buckets about to flip; a write it takes into them is moved after the flip",
+		func(ctx context.Context, tag string) error {
 			var r spanLeaseReply
 			var err error
 			if tag == n.cfg.Node.Tag {
-				r, err = n.leaseSpans(actx, req)
+				r, err = n.leaseSpans(ctx, req)
 			} else {
-				err = n.call(actx, tag, opSpanLease, req, &r)
-			}
-			if err != nil {
-				if !isUnknownOp(err) && ctx.Err() == nil {
-					n.logger.Info("source replica gave no lease on empty buckets about to flip; a write it takes into them is moved after the flip",
-						"db", db, "shard", shard, "member", tag, "err", err)
-				}
-				return
+				err = n.call(ctx, tag, opSpanLease, req, &r)
 			}
 			mu.Lock()
 			for _, b := range r.Held {
 				held[b] = true
 			}
 			mu.Unlock()
+			return err
 		})
-	}
-	wg.Wait()
 	out := make([]uint32, 0, len(held))
 	for b := range held {
 		out = append(out, b)
@@ -280,27 +265,39 @@ func (c reshardCluster) LeaseEmptySpans(ctx context.Context, db string, shard, t
 // lease at the lease's window.
 func (c reshardCluster) ReleaseEmptySpans(ctx context.Context, db string, shard int, spans []raftfsm.BucketSpan) {
 	n := c.n
-	rec := n.recordOf(db)
-	if rec == nil || rec.Sharding.Shards[shard] == nil || len(spans) == 0 {
+	if len(spans) == 0 {
 		return
 	}
 	req := spanLeaseRequest{DB: db, Shard: shard, Spans: spans}
+	n.askShardReplicas(ctx, db, shard, "source replica did not hear that a lease on empty buckets ended; it refuses their writes until the lease's window ends",
+		func(ctx context.Context, tag string) error {
+			if tag == n.cfg.Node.Tag {
+				n.spanLeases.release(db, shard, spans)
+				return nil
+			}
+			return n.call(ctx, tag, opSpanRelease, req, nil)
+		})
+}
+
+// askShardReplicas runs ask for this node's replica of db's shard, if it
+// holds one, and for each member it finds up, all at once, each within
+// sourceFenceAsk, and logs msg for each that failed (but for an unknown
+// op: a node of an earlier version) while ctx lasts.
+func (n *Node) askShardReplicas(ctx context.Context, db string, shard int, msg string, ask func(ctx context.Context, tag string) error) {
+	rec := n.recordOf(db)
+	if rec == nil || rec.Sharding.Shards[shard] == nil {
+		return
+	}
 	var wg sync.WaitGroup
 	for _, tag := range rec.Sharding.Shards[shard].Members {
-		if tag == n.cfg.Node.Tag {
-			n.spanLeases.release(db, shard, spans)
-			continue
-		}
-		if !n.health.up(tag) {
+		if tag != n.cfg.Node.Tag && !n.health.up(tag) {
 			continue
 		}
 		wg.Go(func() {
 			actx, cancel := context.WithTimeout(ctx, sourceFenceAsk)
 			defer cancel()
-			var r struct{ Released int }
-			if err := n.call(actx, tag, opSpanRelease, req, &r); err != nil && !isUnknownOp(err) && ctx.Err() == nil {
-				n.logger.Info("source replica did not hear that a lease on empty buckets ended; it refuses their writes until the lease's window ends",
-					"db", db, "shard", shard, "member", tag, "err", err)
+			if err := ask(actx, tag); err != nil && !isUnknownOp(err) && ctx.Err() == nil {
+				n.logger.Info(msg, "db", db, "shard", shard, "member", tag, "err", err)
 			}
 		})
 	}
