@@ -513,7 +513,7 @@ func (e *reshardEnv) cpuTime() time.Duration {
 // /proc/<pid>/stat (0 when it cannot be read). Linux counts it in ticks
 // of USER_HZ, which is 100 on every architecture Go supports there.
 func procCPU(pid int) time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	b, err := os.ReadFile(procDir(pid) + "/stat")
 	if err != nil {
 		return 0
 	}

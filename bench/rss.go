@@ -6,42 +6,31 @@ import (
 	"runtime/debug"
 )
 
-// resetPeakRSS resets the peak RSS of the process pid (0: this one) and
-// reports whether that worked; for this process it first returns the Go
-// heap's free memory to the OS.
-func resetPeakRSSOf(pid int) bool {
+// procDir is /proc's directory of process pid, 0 meaning this one.
+func procDir(pid int) string {
 	if pid == 0 {
-		return resetPeakRSS()
+		return "/proc/self"
 	}
-	return os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0) == nil
+	return fmt.Sprintf("/proc/%d", pid)
 }
 
-// peakRSSMiBOf reads the peak RSS of the process pid (0: this one), in MiB.
-func peakRSSMiBOf(pid int) (float64, error) {
+// resetPeakRSS resets the peak RSS (VmHWM) of process pid (0: this one,
+// which first returns the Go heap's free memory to the OS) by writing 5
+// to its clear_refs (Linux 4.0+). It reports whether the reset worked.
+func resetPeakRSS(pid int) bool {
 	if pid == 0 {
-		return peakRSSMiB()
+		debug.FreeOSMemory()
 	}
-	path := fmt.Sprintf("/proc/%d/status", pid)
+	return os.WriteFile(procDir(pid)+"/clear_refs", []byte("5"), 0) == nil
+}
+
+// peakRSSMiB reads the peak resident set size (VmHWM) of process pid (0:
+// this one), in MiB.
+func peakRSSMiB(pid int) (float64, error) {
+	path := procDir(pid) + "/status"
 	kb, err := procField(path, "VmHWM")
 	if err != nil {
 		return 0, fmt.Errorf("read VmHWM from %s: %w", path, err)
-	}
-	return float64(kb) / 1024, nil
-}
-
-// resetPeakRSS returns the Go heap's free memory to the OS and resets the
-// process's peak RSS (VmHWM) by writing 5 to /proc/self/clear_refs (Linux
-// 4.0+). It reports whether the reset worked.
-func resetPeakRSS() bool {
-	debug.FreeOSMemory()
-	return os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) == nil
-}
-
-// peakRSSMiB reads the process's peak resident set size (VmHWM), in MiB.
-func peakRSSMiB() (float64, error) {
-	kb, err := procField("/proc/self/status", "VmHWM")
-	if err != nil {
-		return 0, fmt.Errorf("read VmHWM from /proc/self/status: %w", err)
 	}
 	return float64(kb) / 1024, nil
 }

@@ -428,13 +428,13 @@ func (r *run) rss(ctx context.Context) Row {
 	if r.nodeProc != nil {
 		pid, whose = r.nodeProc.pid(), fmt.Sprintf("the node's process (%d)", r.nodeProc.pid())
 	}
-	reset := resetPeakRSSOf(pid)
+	reset := resetPeakRSS(pid)
 	res, err := r.bulkRound(ctx, r.sn.sys, "rss", r.o.RSSDocs)
 	if err != nil {
 		row.Error = err.Error()
 		return row
 	}
-	peak, err := peakRSSMiBOf(pid)
+	peak, err := peakRSSMiB(pid)
 	if err != nil {
 		row.Error = err.Error()
 		return row
