@@ -48,8 +48,9 @@ process instead, sharing its scheduler with the clients. Workloads
   get       point GET, uniform over the loaded records
   ycsb-a..f the YCSB core workloads (zipfian; latest for D; scans for E)
   nats      NATS request/reply and bulk publish on an embedded server
-  rss       peak RSS after loading --rss-docs documents (in-process only)
-  reshard-* resharding on in-process 3-node clusters: small buckets, one
+  rss       peak RSS of the node's process after loading --rss-docs
+            documents (not with --url)
+  reshard-* resharding on 3-node clusters: small buckets, one
             bulk bucket, the flip under a write load, and a bulk bucket
             under a write load unpaced and paced (--reshard-send-limit)
 
