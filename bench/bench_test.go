@@ -26,6 +26,7 @@ func expectedRows() [][2]string {
 		{"nats-request", "nats"}, {"nats-publish", "nats"},
 		{"rss", "shardnode"},
 		{"reshard-small-buckets", "shardnode"},
+		{"reshard-two-sources", "shardnode"}, {"reshard-two-sources", "one-source"},
 		{"reshard-bulk-transfer", "shardnode"}, {"reshard-bulk-transfer", "shardnode-rf1"}, {"reshard-bulk-transfer", "pebble"},
 		{"reshard-foreground", "shardnode"}, {"reshard-foreground", "no-move"},
 		{"reshard-foreground-open-loop", "shardnode"}, {"reshard-foreground-open-loop", "no-move"},
@@ -94,7 +95,15 @@ func TestQuickRunProducesEveryRow(t *testing.T) {
 	if row, _ := rep.Row("reshard-bulk-transfer", "shardnode"); row.MBPerSec <= 0 {
 		t.Errorf("reshard-bulk-transfer/shardnode row without MB/s: %+v", row)
 	}
-	for _, b := range [][2]string{{"reshard-bulk-transfer", "pebble"}, {"reshard-foreground", "no-move"}, {"reshard-foreground-open-loop", "no-move"},
+	// Two sources at once move twice the buckets of the one source before
+	// them, each phase timed per bucket.
+	two, _ := rep.Row("reshard-two-sources", "shardnode")
+	one, _ := rep.Row("reshard-two-sources", "one-source")
+	if two.Reshard == nil || one.Reshard == nil || two.Reshard.Buckets != 2*one.Reshard.Buckets || one.Reshard.Buckets == 0 ||
+		two.Reshard.Timed == 0 || one.Reshard.Timed == 0 || two.Reshard.DocumentsMoved != 2*one.Reshard.DocumentsMoved {
+		t.Errorf("reshard-two-sources rows: two sources %+v, one source %+v", two.Reshard, one.Reshard)
+	}
+	for _, b := range [][2]string{{"reshard-two-sources", "one-source"}, {"reshard-bulk-transfer", "pebble"}, {"reshard-foreground", "no-move"}, {"reshard-foreground-open-loop", "no-move"},
 		{"reshard-bulk-foreground", "no-move"}, {"reshard-bulk-foreground-paced", "no-move"}} {
 		if row, _ := rep.Row(b[0], b[1]); row.VsOps <= 0 {
 			t.Errorf("%s/%s row without a ratio: %+v", b[0], b[1], row)

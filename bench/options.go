@@ -25,13 +25,13 @@ const (
 
 // AllWorkloads lists every workload name in run order. "ycsb" in
 // Options.Workloads stands for the six YCSB workloads, "reshard" for the
-// four resharding workloads and "all" for everything.
+// five resharding workloads and "all" for everything.
 func AllWorkloads() []string {
 	return []string{
 		WorkloadRSS, WorkloadBulk, WorkloadPut, WorkloadGet,
 		WorkloadYCSBC, WorkloadYCSBB, WorkloadYCSBA, WorkloadYCSBF, WorkloadYCSBD, WorkloadYCSBE,
 		WorkloadNATS,
-		WorkloadReshardSmall, WorkloadReshardBulk, WorkloadReshardForeground, WorkloadReshardBulkForeground,
+		WorkloadReshardSmall, WorkloadReshardTwoSources, WorkloadReshardBulk, WorkloadReshardForeground, WorkloadReshardBulkForeground,
 	}
 }
 

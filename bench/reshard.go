@@ -23,7 +23,7 @@ import (
 )
 
 // The resharding workloads; each is also the name of its rows. "reshard"
-// in Options.Workloads selects all three.
+// in Options.Workloads selects them all.
 const (
 	WorkloadReshardSmall      = "reshard-small-buckets"
 	WorkloadReshardBulk       = "reshard-bulk-transfer"
@@ -192,6 +192,8 @@ func (r *run) reshard(ctx context.Context, w string) []Row {
 		skip := "skipped: needs a 3-node cluster of its own (not with --url)"
 		rows := []Row{{Workload: w, System: sysShardnode, Skipped: skip}}
 		switch w {
+		case WorkloadReshardTwoSources:
+			rows = append(rows, Row{Workload: w, System: sysOneSource, Baseline: true, Skipped: skip})
 		case WorkloadReshardBulk:
 			rows = append(rows, Row{Workload: w, System: sysShardnodeRF1, Skipped: skip}, Row{Workload: w, System: sysPebble, Baseline: true, Skipped: skip})
 		case WorkloadReshardForeground:
@@ -206,6 +208,8 @@ func (r *run) reshard(ctx context.Context, w string) []Row {
 	switch w {
 	case WorkloadReshardSmall:
 		return []Row{r.reshardSmall(ctx)}
+	case WorkloadReshardTwoSources:
+		return r.reshardTwoSources(ctx)
 	case WorkloadReshardBulk:
 		return r.reshardBulk(ctx)
 	case WorkloadReshardBulkForeground:

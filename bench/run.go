@@ -116,7 +116,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		base = n.HTTPURL()
 		r.ownNode = true
 		rep.Target = "in-process node (data in a temporary directory), " + base
-		if want[WorkloadReshardSmall] || want[WorkloadReshardBulk] || want[WorkloadReshardForeground] || want[WorkloadReshardBulkForeground] {
+		if slices.ContainsFunc(AllWorkloads(), func(w string) bool { return want[w] && isReshard(w) }) {
 			rep.Target += fmt.Sprintf("; resharding rows: %s %d-node clusters, one per workload", clusterKind(o), reshardNodes)
 		}
 	default:
@@ -160,7 +160,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 			rep.Rows = append(rep.Rows, r.bulk(ctx)...)
 		case WorkloadNATS:
 			rep.Rows = append(rep.Rows, r.nats(ctx)...)
-		case WorkloadReshardSmall, WorkloadReshardBulk, WorkloadReshardForeground, WorkloadReshardBulkForeground:
+		case WorkloadReshardSmall, WorkloadReshardTwoSources, WorkloadReshardBulk, WorkloadReshardForeground, WorkloadReshardBulkForeground:
 			rep.Rows = append(rep.Rows, r.reshard(ctx, w)...)
 		case WorkloadGet:
 			if r.ceiling == nil {
@@ -510,7 +510,7 @@ func makeRow(workload, system, unit string, s *sample, err error, skip string) R
 func workloadRank(w string) int {
 	order := []string{rowBulk, WorkloadPut, WorkloadGet, WorkloadYCSBA, WorkloadYCSBB, WorkloadYCSBC,
 		WorkloadYCSBD, WorkloadYCSBE, WorkloadYCSBF, rowNATSRequest, rowNATSPublish, WorkloadRSS,
-		WorkloadReshardSmall, WorkloadReshardBulk, WorkloadReshardForeground, rowReshardOpenLoop,
+		WorkloadReshardSmall, WorkloadReshardTwoSources, WorkloadReshardBulk, WorkloadReshardForeground, rowReshardOpenLoop,
 		WorkloadReshardBulkForeground, rowReshardBulkPaced}
 	if i := slices.Index(order, w); i >= 0 {
 		return i
@@ -519,7 +519,7 @@ func workloadRank(w string) int {
 }
 
 func systemRank(s string) int {
-	order := []string{sysShardnode, sysShardnodeRF1, sysNoMove, sysPebble, sysPG, sysHTTP, sysFastHTTP, sysNATS}
+	order := []string{sysShardnode, sysShardnodeRF1, sysNoMove, sysOneSource, sysPebble, sysPG, sysHTTP, sysFastHTTP, sysNATS}
 	if i := slices.Index(order, s); i >= 0 {
 		return i
 	}
@@ -591,7 +591,7 @@ func redactURL(s string) string {
 // (or rows).
 func isReshard(w string) bool {
 	switch w {
-	case WorkloadReshardSmall, WorkloadReshardBulk, WorkloadReshardForeground, rowReshardOpenLoop, WorkloadReshardBulkForeground, rowReshardBulkPaced:
+	case WorkloadReshardSmall, WorkloadReshardTwoSources, WorkloadReshardBulk, WorkloadReshardForeground, rowReshardOpenLoop, WorkloadReshardBulkForeground, rowReshardBulkPaced:
 		return true
 	}
 	return false

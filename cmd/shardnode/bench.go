@@ -50,7 +50,8 @@ process instead, sharing its scheduler with the clients. Workloads
   nats      NATS request/reply and bulk publish on an embedded server
   rss       peak RSS of the node's process after loading --rss-docs
             documents (not with --url)
-  reshard-* resharding on 3-node clusters: small buckets, one
+  reshard-* resharding on 3-node clusters: small buckets, small
+            buckets off two source shards at once against one, one
             bulk bucket, the flip under a write load, and a bulk bucket
             under a write load unpaced and paced (--reshard-send-limit)
 
