@@ -480,17 +480,19 @@ func (e *reshardEnv) waitClean(ctx context.Context) error {
 	})
 }
 
-// breakdown fills the figures' per-phase medians from the operation's
-// migrations (in start order).
-func (f *ReshardFigures) breakdown(ts []migrationTiming) {
+// breakdown fills the figures' per-phase medians from the migrations of
+// one or more operations, each operation's in start order.
+func (f *ReshardFigures) breakdown(ops ...[]migrationTiming) {
 	var send, confirm, gap []time.Duration
-	for i, t := range ts {
-		if s, c, ok := t.phases(); ok {
-			send = append(send, s)
-			confirm = append(confirm, c)
-		}
-		if i > 0 && t.FirstStep == stepMoving && !ts[i-1].Flip.IsZero() && t.Start.After(ts[i-1].Flip) {
-			gap = append(gap, t.Start.Sub(ts[i-1].Flip))
+	for _, ts := range ops {
+		for i, t := range ts {
+			if s, c, ok := t.phases(); ok {
+				send = append(send, s)
+				confirm = append(confirm, c)
+			}
+			if i > 0 && t.FirstStep == stepMoving && !ts[i-1].Flip.IsZero() && t.Start.After(ts[i-1].Flip) {
+				gap = append(gap, t.Start.Sub(ts[i-1].Flip))
+			}
 		}
 	}
 	f.SendP50Ms, _, _ = durationsMs(send)

@@ -79,10 +79,10 @@ func (r *run) reshardTwoSources(ctx context.Context) []Row {
 	for _, f := range []*ReshardFigures{two.fig, one.fig} {
 		f.LoadSeconds = loadTime.Seconds()
 	}
-	rows[0].Note = fmt.Sprintf("%d non-empty buckets of %d ~1 KiB docs moved to shard 2 in two operations at once, %d off shard 0 and %d off shard 1: %.1f s, %.1f ms per non-empty bucket, per bucket p50 %.1f / p99 %.1f ms; process CPU %.2f cores; %d-node %s, RF %d",
-		2*k, reshardDocsPerBkt, k, k, two.fig.TotalSeconds, two.fig.MsPerBucket, two.fig.BucketP50Ms, two.fig.BucketP99Ms, two.fig.CPUCores, reshardNodes, e.kind(), reshardRF)
-	rows[1].Note = fmt.Sprintf("the same cluster just before, one operation off shard 0 alone: %d non-empty buckets, %.1f s, %.1f ms per non-empty bucket, per bucket p50 %.1f / p99 %.1f ms; process CPU %.2f cores; sn/base = two sources' buckets/s over one source's (2 if they add up)",
-		k, one.fig.TotalSeconds, one.fig.MsPerBucket, one.fig.BucketP50Ms, one.fig.BucketP99Ms, one.fig.CPUCores)
+	rows[0].Note = fmt.Sprintf("%d non-empty buckets of %d ~1 KiB docs moved to shard 2 in two operations at once, %d off shard 0 and %d off shard 1: %.1f s, %.1f ms per non-empty bucket, per bucket p50 %.1f / p99 %.1f ms (%s); process CPU %.2f cores; %d-node %s, RF %d",
+		2*k, reshardDocsPerBkt, k, k, two.fig.TotalSeconds, two.fig.MsPerBucket, two.fig.BucketP50Ms, two.fig.BucketP99Ms, two.fig.phaseNote(), two.fig.CPUCores, reshardNodes, e.kind(), reshardRF)
+	rows[1].Note = fmt.Sprintf("the same cluster just before, one operation off shard 0 alone: %d non-empty buckets, %.1f s, %.1f ms per non-empty bucket, per bucket p50 %.1f / p99 %.1f ms (%s); process CPU %.2f cores; sn/base = two sources' buckets/s over one source's (2 if they add up)",
+		k, one.fig.TotalSeconds, one.fig.MsPerBucket, one.fig.BucketP50Ms, one.fig.BucketP99Ms, one.fig.phaseNote(), one.fig.CPUCores)
 	r.logf("%-12s one source %.1f ms/bucket, two sources %.1f ms/bucket", w, one.fig.MsPerBucket, two.fig.MsPerBucket)
 	return rows
 }
@@ -122,6 +122,7 @@ func (e *reshardEnv) moveSets(ctx context.Context, es *eventStream, sets ...[]ui
 		return nil, err
 	}
 	steps := es.migrationSteps()
+	var all [][]migrationTiming
 	n := 0
 	var per []time.Duration
 	var bytes int64
@@ -134,6 +135,7 @@ func (e *reshardEnv) moveSets(ctx context.Context, es *eventStream, sets ...[]ui
 		if len(ts) != len(sets[i]) {
 			return nil, fmt.Errorf("operation %s ran %d migrations for %d non-empty buckets", id, len(ts), len(sets[i]))
 		}
+		all = append(all, ts)
 		for _, t := range ts {
 			if d, ok := t.transfer(); ok {
 				per = append(per, d)
@@ -145,6 +147,7 @@ func (e *reshardEnv) moveSets(ctx context.Context, es *eventStream, sets ...[]ui
 	if len(per) == 0 {
 		return nil, fmt.Errorf("the event stream timed no migration of %v", ids)
 	}
+	m.fig.breakdown(all...)
 	m.fig.Buckets, m.fig.BytesMoved = int64(n), bytes
 	m.fig.TotalSeconds, m.fig.MsPerBucket = total.Seconds(), ms(total)/float64(n)
 	m.fig.CPUCores = cores(cpu, total)
@@ -152,6 +155,11 @@ func (e *reshardEnv) moveSets(ctx context.Context, es *eventStream, sets ...[]ui
 	m.s.addRound(roundResult{ops: int64(len(per)), units: int64(n), bytes: bytes, elapsed: total, lat: per})
 	m.fig.BucketP50Ms, m.fig.BucketP99Ms, m.fig.BucketMaxMs = durationsMs(per)
 	return m, nil
+}
+
+// phaseNote says the per-phase medians.
+func (f *ReshardFigures) phaseNote() string {
+	return fmt.Sprintf("medians Moving→Moved %.1f ms, Moved→OwnershipTransferred %.1f ms, flip→next Moving %.1f ms", f.SendP50Ms, f.ConfirmP50Ms, f.GapP50Ms)
 }
 
 func (m *moveSet) row(workload, system string) Row {
