@@ -47,6 +47,9 @@ func (n *Node) serveRPC(ctx context.Context) (*nats.Subscription, error) {
 			n.answerStopping(m)
 			return
 		}
+		if n.answerLaterCopy(m) {
+			return // a copy of a routed write this node runs or ran: no slot
+		}
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
@@ -87,15 +90,20 @@ func (n *Node) answerStopping(m *nats.Msg) {
 	_ = m.RespondMsg(reply)
 }
 
-func (n *Node) handleRPC(ctx context.Context, m *nats.Msg) {
-	nodeCtx := ctx // ends when this node stops
+// heard tells the health tracker that m's sender, if it says who it is,
+// is alive.
+func (n *Node) heard(m *nats.Msg) {
 	if from := m.Header.Get(fromHeader); from != "" {
 		tag, inc, _ := strings.Cut(from, " ")
 		n.health.heardRequest(tag, inc)
 	}
+}
+
+func (n *Node) handleRPC(ctx context.Context, m *nats.Msg) {
+	nodeCtx := ctx // ends when this node stops
+	n.heard(m)
 	op := m.Header.Get("Op")
 	h, ok := n.rpcHandlers[op]
-	reply := nats.NewMsg(m.Reply)
 	var v any
 	var err error
 	if !ok {
@@ -118,6 +126,14 @@ func (n *Node) handleRPC(ctx context.Context, m *nats.Msg) {
 		n.answerStopping(m)
 		return
 	}
+	n.respond(m, op, v, err)
+}
+
+// respond answers request m of op with its handler's result: v (raw bytes
+// as they are, anything else as JSON) or err, whose status and type go in
+// the headers.
+func (n *Node) respond(m *nats.Msg, op string, v any, err error) {
+	reply := nats.NewMsg(m.Reply)
 	if err != nil {
 		ae := toAPIError(err)
 		reply.Header.Set("Status", strconv.Itoa(ae.Status))

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/nats-io/nats.go"
 )
 
 // A client write routed to a replica on another node travels as one bus
@@ -25,7 +27,9 @@ import (
 // the same number, when no answer came within writeResendFirst (then
 // doubling, up to writeResendMax). The replica runs a number once and
 // answers every copy with that one run's answer; a copy that arrives
-// while the run is in progress waits for it. The router also says, in
+// while the run is in progress waits for it, without taking one of the
+// node's request slots (see answerLaterCopy): a replica paused for
+// seconds gets up to four copies of every write in flight to it. The router also says, in
 // every request, the lowest number to that node it still waits for
 // (Write-Floor): the replica forgets the answers below it, so what it
 // keeps is about the writes in flight. It forgets an answer in any case
@@ -214,6 +218,10 @@ type onceRun struct {
 	until time.Time
 	raw   []byte
 	err   error
+	// ended (raw and err are set) and waiters, the copies to answer when
+	// the run ends, are under onceTable.mu.
+	ended   bool
+	waiters []func([]byte, error)
 }
 
 func newOnceTable() *onceTable { return &onceTable{routers: map[string]*routerWrites{}} }
@@ -231,28 +239,8 @@ func errOnceUnknown(format string, args ...any) error {
 // sent its first copy to, and self this node's run; timeout the router's
 // time left for the write.
 func (t *onceTable) do(ctx context.Context, from string, seq, floor uint64, send int, target, self string, timeout time.Duration, run func() ([]byte, error)) ([]byte, error) {
-	now := time.Now()
 	t.mu.Lock()
-	if now.Sub(t.swept) >= onceSweepEvery {
-		t.swept = now
-		t.sweep(now)
-	}
-	rw := t.routers[from]
-	if rw == nil {
-		rw = &routerWrites{runs: map[uint64]*onceRun{}}
-		t.routers[from] = rw
-	}
-	if u := now.Add(timeout + onceSlack); u.After(rw.until) {
-		rw.until = u
-	}
-	if floor > rw.floor {
-		rw.floor = floor
-		for s := range rw.runs {
-			if s < floor {
-				delete(rw.runs, s)
-			}
-		}
-	}
+	rw := t.heard(from, floor, timeout, time.Now())
 	if seq < rw.floor {
 		t.mu.Unlock()
 		return nil, errOnceUnknown("routed write %d from %s arrived after its router gave up on it", seq, from)
@@ -273,9 +261,67 @@ func (t *onceTable) do(ctx context.Context, from string, seq, floor uint64, send
 	r := &onceRun{done: make(chan struct{}), until: rw.until}
 	rw.runs[seq] = r
 	t.mu.Unlock()
-	r.raw, r.err = run()
+	raw, err := run()
+	t.mu.Lock()
+	r.raw, r.err, r.ended = raw, err, true
+	waiters := r.waiters
+	r.waiters = nil
+	t.mu.Unlock()
 	close(r.done)
-	return r.raw, r.err
+	for _, answer := range waiters {
+		answer(raw, err)
+	}
+	return raw, err
+}
+
+// heard notes a copy of a write of router from: it sweeps now and then,
+// moves the router's floor up to floor, and keeps what is kept for it
+// until timeout (the router's time left) plus onceSlack. t.mu is held.
+func (t *onceTable) heard(from string, floor uint64, timeout time.Duration, now time.Time) *routerWrites {
+	if now.Sub(t.swept) >= onceSweepEvery {
+		t.swept = now
+		t.sweep(now)
+	}
+	rw := t.routers[from]
+	if rw == nil {
+		rw = &routerWrites{runs: map[uint64]*onceRun{}}
+		t.routers[from] = rw
+	}
+	if u := now.Add(timeout + onceSlack); u.After(rw.until) {
+		rw.until = u
+	}
+	if floor > rw.floor {
+		rw.floor = floor
+		for s := range rw.runs {
+			if s < floor {
+				delete(rw.runs, s)
+			}
+		}
+	}
+	return rw
+}
+
+// attach answers a copy of write seq of router from with the answer of
+// its run here, now if it ended, else when it ends, and reports whether
+// there is such a run; without one the copy goes to do as any other.
+// floor and timeout are the copy's, as for do.
+func (t *onceTable) attach(from string, seq, floor uint64, timeout time.Duration, answer func([]byte, error)) bool {
+	t.mu.Lock()
+	rw := t.heard(from, floor, timeout, time.Now())
+	r := rw.runs[seq]
+	if r == nil || seq < rw.floor {
+		t.mu.Unlock()
+		return false
+	}
+	if !r.ended {
+		r.waiters = append(r.waiters, answer)
+		t.mu.Unlock()
+		return true
+	}
+	raw, err := r.raw, r.err
+	t.mu.Unlock()
+	answer(raw, err)
+	return true
 }
 
 // sweep forgets the answers past their time, and the routers left with
@@ -306,6 +352,35 @@ func (t *onceTable) size() int {
 		n += len(rw.runs)
 	}
 	return n
+}
+
+// answerLaterCopy answers m, when it is a later copy of a routed write
+// this node runs or ran (opShardWriteOnce, Write-Send above 1), from that
+// run, in the bus's delivery goroutine and without a request slot, and
+// reports whether it did. Anything else, a malformed copy included, goes
+// to the handler.
+func (n *Node) answerLaterCopy(m *nats.Msg) bool {
+	if m.Header.Get("Op") != opShardWriteOnce {
+		return false
+	}
+	send, err := strconv.Atoi(m.Header.Get(writeSendHeader))
+	if err != nil || send < 2 {
+		return false
+	}
+	from := m.Header.Get(fromHeader)
+	seq, err1 := strconv.ParseUint(m.Header.Get(writeSeqHeader), 10, 64)
+	floor, err2 := strconv.ParseUint(m.Header.Get(writeFloorHeader), 10, 64)
+	if !strings.Contains(from, " ") || err1 != nil || err2 != nil {
+		return false
+	}
+	timeout := rpcTimeout
+	if ms, err := strconv.ParseInt(m.Header.Get("Timeout-Ms"), 10, 64); err == nil && ms > 0 {
+		timeout = time.Duration(ms) * time.Millisecond
+	}
+	n.heard(m)
+	return n.writesOnce.attach(from, seq, floor, timeout, func(raw []byte, err error) {
+		n.respond(m, opShardWriteOnce, raw, err)
+	})
 }
 
 // serveWriteOnce is opShardWriteOnce's handler: the write of

@@ -112,6 +112,60 @@ func TestOnceTableRunsEachNumberOnce(t *testing.T) {
 	}
 }
 
+// TestOnceTableAnswersLaterCopiesFromTheRun: a later copy of a write that
+// runs here is answered with the run's answer when the run ends (and at
+// once after), without running or waiting anywhere; a copy of a number
+// with no run here, or below the router's floor, is left to do.
+func TestOnceTableAnswersLaterCopiesFromTheRun(t *testing.T) {
+	tbl := newOnceTable()
+	release := make(chan struct{})
+	var runs atomic.Int32
+	ran := make(chan struct{})
+	go func() {
+		defer close(ran)
+		_, _ = tbl.do(context.Background(), "B r1", 9, 1, 1, "me", "me", time.Second, func() ([]byte, error) {
+			runs.Add(1)
+			<-release
+			return []byte("nine"), nil
+		})
+	}()
+	waitFor(t, 5*time.Second, "write 9 to run", func() bool { return runs.Load() == 1 })
+	got := make(chan string, 2)
+	answer := func(raw []byte, err error) {
+		if err != nil {
+			t.Errorf("a copy of write 9 answered %v", err)
+		}
+		got <- string(raw)
+	}
+	if !tbl.attach("B r1", 9, 1, time.Second, answer) {
+		t.Fatal("a copy of running write 9 was not attached to its run")
+	}
+	select {
+	case a := <-got:
+		t.Fatalf("a copy of write 9 answered %q before its run ended", a)
+	default:
+	}
+	close(release)
+	<-ran
+	if a := <-got; a != "nine" {
+		t.Fatalf("a copy of write 9 attached to its run answered %q, want the run's", a)
+	}
+	if !tbl.attach("B r1", 9, 1, time.Second, answer) {
+		t.Fatal("a copy of ended write 9 was not answered from its run")
+	}
+	if a := <-got; a != "nine" || runs.Load() != 1 {
+		t.Fatalf("a copy after the run answered %q (%d runs), want the run's answer, one run", a, runs.Load())
+	}
+	for _, c := range []struct {
+		from       string
+		seq, floor uint64
+	}{{"B r1", 10, 1}, {"C r1", 9, 1}, {"B r1", 9, 10}} {
+		if tbl.attach(c.from, c.seq, c.floor, time.Second, answer) {
+			t.Fatalf("a copy of %s's write %d (floor %d) was answered without a run of it", c.from, c.seq, c.floor)
+		}
+	}
+}
+
 // TestRoutedWriteResentAfterALostAnswerRunsOnce: a write routed to a
 // replica on another node whose first copy goes unanswered (lost on the
 // bus) is sent again with the same number, and the router gets the answer
