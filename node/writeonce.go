@@ -31,9 +31,8 @@ import (
 // node's request slots (see answerLaterCopy): a replica paused for
 // seconds gets up to four copies of every write in flight to it. The
 // router also says, in every request, the lowest number to that node it
-// still waits for
-// (Write-Floor): the replica forgets the answers below it, so what it
-// keeps is about the writes in flight. It forgets an answer in any case
+// still waits for (Write-Floor): the replica forgets the answers below
+// it, so what it keeps is about the writes in flight. It forgets an answer in any case
 // onceSlack after the router's deadline for it (Timeout-Ms), when no copy
 // is sent any more.
 //
