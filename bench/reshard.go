@@ -618,52 +618,23 @@ func (r *run) reshardSmall(ctx context.Context) Row {
 		return fail(err)
 	}
 	defer es.close()
-	from, to := spanOf(buckets)
-	cpu0 := e.cpuTime()
-	id, start, err := e.startMove(ctx, from, to, 2)
+	m, err := e.moveSets(ctx, es, buckets)
 	if err != nil {
 		return fail(err)
 	}
-	op, end, err := e.waitMove(ctx, es, id)
-	if err != nil {
-		return fail(err)
-	}
-	total := end.Sub(start)
-	cpu := e.cpuTime() - cpu0
-	if err := e.waitClean(ctx); err != nil {
-		return fail(err)
-	}
-	var per []time.Duration
-	fig := &ReshardFigures{Buckets: int64(n), EmptyBuckets: op.BucketsTotal - int64(n), TotalSeconds: total.Seconds(),
-		MsPerBucket: ms(total) / float64(n), DocumentsMoved: op.DocumentsMoved, BytesMoved: op.BytesMoved, LoadSeconds: loadTime.Seconds(),
-		CPUCores: cores(cpu, total)}
-	moved := 0
-	ts := timings(es.migrationSteps(), id)
-	fig.breakdown(ts)
-	for _, t := range ts {
-		moved++
-		if d, ok := t.transfer(); ok {
-			per = append(per, d)
-		} else {
-			fig.Coalesced++
-		}
-	}
-	fig.Timed = len(per)
-	var s sample
-	s.addRound(roundResult{ops: int64(len(per)), units: int64(n), bytes: op.BytesMoved, elapsed: total, lat: per})
-	row := makeRow(w, sysShardnode, "buckets/s", &s, nil, "")
-	if len(per) == 0 {
+	fig := m.fig
+	fig.LoadSeconds = loadTime.Seconds()
+	row := m.row(w, sysShardnode)
+	if fig.Timed == 0 {
 		row.Error = "the event stream timed no migration"
 	}
-	fig.BucketP50Ms, fig.BucketP99Ms, fig.BucketMaxMs = durationsMs(per)
-	row.Reshard = fig
 	row.Note = fmt.Sprintf("%d non-empty buckets of %d ~1 KiB docs (+%d empty buckets flipped in bulk) moved shard 0→2 in one operation: %.1f s total, %.1f ms per non-empty bucket; p50/p99 per bucket = Moving→OwnershipTransferred on the event stream (%d timed, %d coalesced, max %.0f ms), medians Moving→Moved %.1f ms, Moved→OwnershipTransferred %.1f ms, flip→next Moving %.1f ms; process CPU %.2f cores; %d-node %s, RF %d",
-		n, reshardDocsPerBkt, fig.EmptyBuckets, total.Seconds(), fig.MsPerBucket, fig.Timed, fig.Coalesced, fig.BucketMaxMs,
+		n, reshardDocsPerBkt, fig.EmptyBuckets, fig.TotalSeconds, fig.MsPerBucket, fig.Timed, fig.Coalesced, fig.BucketMaxMs,
 		fig.SendP50Ms, fig.ConfirmP50Ms, fig.GapP50Ms, fig.CPUCores, reshardNodes, e.kind(), reshardRF)
-	if moved != n {
-		row.Note += fmt.Sprintf("; WARNING: the operation ran %d migrations for %d non-empty buckets", moved, n)
+	if m.migrations != n {
+		row.Note += fmt.Sprintf("; WARNING: the operation ran %d migrations for %d non-empty buckets", m.migrations, n)
 	}
-	r.logf("%-12s %d buckets: %.1f s, %.1f ms/bucket, per bucket p50 %.1f ms p99 %.1f ms", w, n, total.Seconds(), fig.MsPerBucket, fig.BucketP50Ms, fig.BucketP99Ms)
+	r.logf("%-12s %d buckets: %.1f s, %.1f ms/bucket, per bucket p50 %.1f ms p99 %.1f ms", w, n, fig.TotalSeconds, fig.MsPerBucket, fig.BucketP50Ms, fig.BucketP99Ms)
 	return row
 }
 
