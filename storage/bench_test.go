@@ -1,10 +1,12 @@
 package storage
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +17,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/shardnode/shardnode/bucket"
+	"github.com/shardnode/shardnode/changevector"
 )
 
 // BenchmarkConcurrentDurableWrites measures single-document durable writes
@@ -119,11 +122,15 @@ func processCPU() time.Duration {
 }
 
 // BenchmarkBulkWrites measures the storage part of bulk_docs: 4 writers
-// each writing groups of 1000 new 1 KiB documents into 3 stores, beside
-// raw Pebble batches of the same keys and values with the same options
-// (the bench command's baseline).
+// each writing groups of bulkGroup new 1 KiB documents into 3 stores,
+// beside raw Pebble batches of the same keys and values with the same
+// options (the bench command's baseline), and raw Pebble batches of the
+// keys a replica writes for those documents (layout).
+// bulkGroup is how many documents one write of BenchmarkBulkWrites holds.
+const bulkGroup = 1000
+
 func BenchmarkBulkWrites(b *testing.B) {
-	const writers, group = 4, 1000
+	const writers, group = 4, bulkGroup
 	body := []byte(`{"f":"` + strings.Repeat("x", 1000) + `"}`)
 	run := func(b *testing.B, write func(w, g int) error) {
 		var wg sync.WaitGroup
@@ -169,38 +176,89 @@ func BenchmarkBulkWrites(b *testing.B) {
 			return errors.Join(errs...)
 		})
 	})
+	// pebble writes each document's body under its item key: one key per
+	// document, in the order they come, as the bench command's baseline
+	// does.
 	b.Run("pebble", func(b *testing.B) {
-		var dbs []*pebble.DB
-		cache := pebble.NewCache(256 << 20)
-		b.Cleanup(cache.Unref) // after the instances close (cleanups run last first)
-		for i := 0; i < 3; i++ {
-			dbs = append(dbs, rawPebble(b, cache))
-		}
-		run(b, func(w, g int) error {
-			per := make([]*pebble.Batch, 3)
-			for k := range per {
-				per[k] = dbs[k].NewBatch()
-				defer per[k].Close()
-			}
-			for i := 0; i < group; i++ {
-				id := fmt.Sprintf("bulk/%d/%d", g, i)
-				bk := bucket.ForID(id)
-				if err := per[int(bk)%3].Set(itemKey(bk, id), body, nil); err != nil {
-					return err
-				}
-			}
-			var wg sync.WaitGroup
-			errs := make([]error, 3)
-			for k := range per {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					errs[k] = per[k].Commit(pebble.Sync)
-				}()
-			}
-			wg.Wait()
-			return errors.Join(errs...)
+		rawBatches(b, run, false, func(_ int, etag uint64, bk uint32, id string) []kv {
+			return []kv{{itemKey(bk, id), body}}
 		})
+	})
+	// layout writes what a replica's commit writes for a new document,
+	// with the replicas' own options and in its order (ascending keys), but
+	// none of its logic: the whole item under its doc key, its metadata
+	// under its item key and its feed entry. Its distance to pebble is the
+	// cost of the key layout; store's distance to layout is the replica's
+	// own work (lookups, bucket statistics, change vectors, its commit
+	// loop).
+	b.Run("layout", func(b *testing.B) {
+		now := time.Now()
+		rawBatches(b, run, true, func(_ int, etag uint64, bk uint32, id string) []kv {
+			d := &Document{ID: id, Collection: "Users", Body: body, LastModified: now, Etag: etag, Bucket: bk,
+				ChangeVector: nextChangeVector(changevector.ChangeVector{}, "A", etag, "bench-database-id-0123").String()}
+			ik := itemKey(bk, id)
+			return []kv{{docKey(ik), d.appendDocValue(nil)}, {ik, d.appendEncoded(nil)}, {etagKey(etag), feedRef("", ik[1:])}}
+		})
+	})
+}
+
+// kv is one key and its value for a raw Pebble batch.
+type kv struct{ k, v []byte }
+
+// rawBatches runs BenchmarkBulkWrites' groups of bulkGroup documents on 3
+// raw Pebble instances: set returns the keys of the document id (in
+// bucket bk, etag the next of its instance), and each group commits its 3
+// batches at once, synced. Unless sorted, the baselines' span policy
+// (every value of 256 bytes or more separated) is used and keys go into
+// the batch as they come; sorted uses the replicas' options (PebbleOptions)
+// and their commit's key order.
+func rawBatches(b *testing.B, run func(*testing.B, func(w, g int) error), sorted bool, set func(shard int, etag uint64, bk uint32, id string) []kv) {
+	var dbs []*pebble.DB
+	cache := pebble.NewCache(256 << 20)
+	b.Cleanup(cache.Unref) // after the instances close (cleanups run last first)
+	for i := 0; i < 3; i++ {
+		if !sorted {
+			dbs = append(dbs, rawPebble(b, cache))
+			continue
+		}
+		db, err := pebble.Open(b.TempDir(), PebbleOptions(cache, 0, nil))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { db.Close() })
+		dbs = append(dbs, db)
+	}
+	var etags [3]atomic.Uint64
+	run(b, func(w, g int) error {
+		per := make([][]kv, 3)
+		for i := 0; i < bulkGroup; i++ {
+			id := fmt.Sprintf("bulk/%d/%d", g, i)
+			bk := bucket.ForID(id)
+			k := int(bk) % 3
+			per[k] = append(per[k], set(k, etags[k].Add(1), bk, id)...)
+		}
+		var wg sync.WaitGroup
+		errs := make([]error, 3)
+		for k := range per {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if sorted {
+					slices.SortFunc(per[k], func(a, b kv) int { return bytes.Compare(a.k, b.k) })
+				}
+				batch := dbs[k].NewBatch()
+				defer batch.Close()
+				for _, e := range per[k] {
+					if err := batch.Set(e.k, e.v, nil); err != nil {
+						errs[k] = err
+						return
+					}
+				}
+				errs[k] = batch.Commit(pebble.Sync)
+			}()
+		}
+		wg.Wait()
+		return errors.Join(errs...)
 	})
 }
 
