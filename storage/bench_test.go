@@ -121,14 +121,14 @@ func processCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
+// bulkGroup is how many documents one write of BenchmarkBulkWrites holds.
+const bulkGroup = 1000
+
 // BenchmarkBulkWrites measures the storage part of bulk_docs: 4 writers
 // each writing groups of bulkGroup new 1 KiB documents into 3 stores,
 // beside raw Pebble batches of the same keys and values with the same
 // options (the bench command's baseline), and raw Pebble batches of the
 // keys a replica writes for those documents (layout).
-// bulkGroup is how many documents one write of BenchmarkBulkWrites holds.
-const bulkGroup = 1000
-
 func BenchmarkBulkWrites(b *testing.B) {
 	const writers, group = 4, bulkGroup
 	body := []byte(`{"f":"` + strings.Repeat("x", 1000) + `"}`)
@@ -173,7 +173,7 @@ func BenchmarkBulkWrites(b *testing.B) {
 	// document, in the order they come, as the bench command's baseline
 	// does.
 	b.Run("pebble", func(b *testing.B) {
-		rawBatches(b, run, false, func(_ int, etag uint64, bk uint32, id string) []kv {
+		rawBatches(b, run, false, func(etag uint64, bk uint32, id string) []kv {
 			return []kv{{itemKey(bk, id), body}}
 		})
 	})
@@ -186,7 +186,7 @@ func BenchmarkBulkWrites(b *testing.B) {
 	// loop).
 	b.Run("layout", func(b *testing.B) {
 		now := time.Now()
-		rawBatches(b, run, true, func(_ int, etag uint64, bk uint32, id string) []kv {
+		rawBatches(b, run, true, func(etag uint64, bk uint32, id string) []kv {
 			d := &Document{ID: id, Collection: "Users", Body: body, LastModified: now, Etag: etag, Bucket: bk,
 				ChangeVector: nextChangeVector(changevector.ChangeVector{}, "A", etag, "bench-database-id-0123").String()}
 			ik := itemKey(bk, id)
@@ -221,7 +221,7 @@ type kv struct{ k, v []byte }
 // (every value of 256 bytes or more separated) is used and keys go into
 // the batch as they come; sorted uses the replicas' options (PebbleOptions)
 // and their commit's key order.
-func rawBatches(b *testing.B, run func(*testing.B, func(w, g int) error), sorted bool, set func(shard int, etag uint64, bk uint32, id string) []kv) {
+func rawBatches(b *testing.B, run func(*testing.B, func(w, g int) error), sorted bool, set func(etag uint64, bk uint32, id string) []kv) {
 	var dbs []*pebble.DB
 	cache := pebble.NewCache(256 << 20)
 	b.Cleanup(cache.Unref) // after the instances close (cleanups run last first)
@@ -244,7 +244,7 @@ func rawBatches(b *testing.B, run func(*testing.B, func(w, g int) error), sorted
 			id := fmt.Sprintf("bulk/%d/%d", g, i)
 			bk := bucket.ForID(id)
 			k := int(bk) % 3
-			per[k] = append(per[k], set(k, etags[k].Add(1), bk, id)...)
+			per[k] = append(per[k], set(etags[k].Add(1), bk, id)...)
 		}
 		return onEachShard(func(k int) error {
 			if sorted {
