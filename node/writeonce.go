@@ -32,9 +32,9 @@ import (
 // seconds gets up to four copies of every write in flight to it. The
 // router also says, in every request, the lowest number to that node it
 // still waits for (Write-Floor): the replica forgets the answers below
-// it, so what it keeps is about the writes in flight. It forgets an answer in any case
-// onceSlack after the router's deadline for it (Timeout-Ms), when no copy
-// is sent any more.
+// it, so what it keeps is about the writes in flight. It forgets an
+// answer in any case onceSlack after the router's deadline for it
+// (Timeout-Ms), when no copy is sent any more.
 //
 // A replica restarted since the router's first copy has forgotten what it
 // ran. The router names the run of the replica it sent the first copy to

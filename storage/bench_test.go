@@ -130,12 +130,12 @@ const bulkGroup = 1000
 // options (the bench command's baseline), and raw Pebble batches of the
 // keys a replica writes for those documents (layout).
 func BenchmarkBulkWrites(b *testing.B) {
-	const writers, group = 4, bulkGroup
+	const writers = 4
 	body := []byte(`{"f":"` + strings.Repeat("x", 1000) + `"}`)
 	run := func(b *testing.B, write func(w, g int) error) {
 		var wg sync.WaitGroup
 		start, cpu0 := time.Now(), processCPU()
-		groups := b.N/group + 1
+		groups := b.N/bulkGroup + 1
 		for w := 0; w < writers; w++ {
 			wg.Add(1)
 			go func() {
@@ -150,7 +150,7 @@ func BenchmarkBulkWrites(b *testing.B) {
 		}
 		wg.Wait()
 		el, cpu := time.Since(start), processCPU()-cpu0
-		docs := float64(groups * group)
+		docs := float64(groups * bulkGroup)
 		b.ReportMetric(docs/el.Seconds(), "docs/s")
 		b.ReportMetric(float64(cpu.Microseconds())/docs, "cpu-us/doc")
 	}
@@ -158,7 +158,7 @@ func BenchmarkBulkWrites(b *testing.B) {
 		stores := benchStores(b, 3)
 		run(b, func(w, g int) error {
 			per := make([][]Op, 3)
-			for i := 0; i < group; i++ {
+			for i := 0; i < bulkGroup; i++ {
 				id := fmt.Sprintf("bulk/%d/%d", g, i)
 				k := int(bucket.ForID(id)) % 3
 				per[k] = append(per[k], Op{Kind: OpPut, ID: id, Collection: "Users", Body: body})
@@ -173,8 +173,8 @@ func BenchmarkBulkWrites(b *testing.B) {
 	// document, in the order they come, as the bench command's baseline
 	// does.
 	b.Run("pebble", func(b *testing.B) {
-		rawBatches(b, run, false, func(etag uint64, bk uint32, id string) []kv {
-			return []kv{{itemKey(bk, id), body}}
+		rawBatches(b, run, false, func(dst []kv, etag uint64, bk uint32, id string) []kv {
+			return append(dst, kv{itemKey(bk, id), body})
 		})
 	})
 	// layout writes what a replica's commit writes for a new document,
@@ -186,11 +186,11 @@ func BenchmarkBulkWrites(b *testing.B) {
 	// loop).
 	b.Run("layout", func(b *testing.B) {
 		now := time.Now()
-		rawBatches(b, run, true, func(etag uint64, bk uint32, id string) []kv {
+		rawBatches(b, run, true, func(dst []kv, etag uint64, bk uint32, id string) []kv {
 			d := &Document{ID: id, Collection: "Users", Body: body, LastModified: now, Etag: etag, Bucket: bk,
 				ChangeVector: nextChangeVector(changevector.ChangeVector{}, "A", etag, "bench-database-id-0123").String()}
 			ik := itemKey(bk, id)
-			return []kv{{docKey(ik), d.appendDocValue(nil)}, {ik, d.appendEncoded(nil)}, {etagKey(etag), feedRef("", ik[1:])}}
+			return append(dst, kv{docKey(ik), d.appendDocValue(nil)}, kv{ik, d.appendEncoded(nil)}, kv{etagKey(etag), feedRef("", ik[1:])})
 		})
 	})
 }
@@ -215,18 +215,19 @@ func onEachShard(write func(k int) error) error {
 type kv struct{ k, v []byte }
 
 // rawBatches runs BenchmarkBulkWrites' groups of bulkGroup documents on 3
-// raw Pebble instances: set returns the keys of the document id (in
-// bucket bk, etag the next of its instance), and each group commits its 3
-// batches at once, synced. Unless sorted, the baselines' span policy
-// (every value of 256 bytes or more separated) is used and keys go into
-// the batch as they come; sorted uses the replicas' options (PebbleOptions)
-// and their commit's key order.
-func rawBatches(b *testing.B, run func(*testing.B, func(w, g int) error), sorted bool, set func(etag uint64, bk uint32, id string) []kv) {
+// raw Pebble instances: set appends to dst the keys of the document id
+// (in bucket bk, etag the next of its instance), and each group commits
+// its 3 batches at once, synced. asReplica writes as a replica's commit
+// does: with the replicas' options (PebbleOptions) and its keys in
+// ascending order. Otherwise the baselines' span policy (every value of
+// 256 bytes or more separated) is used and keys go into the batch as they
+// come.
+func rawBatches(b *testing.B, run func(*testing.B, func(w, g int) error), asReplica bool, set func(dst []kv, etag uint64, bk uint32, id string) []kv) {
 	var dbs []*pebble.DB
 	cache := pebble.NewCache(256 << 20)
 	b.Cleanup(cache.Unref) // after the instances close (cleanups run last first)
 	for i := 0; i < 3; i++ {
-		if !sorted {
+		if !asReplica {
 			dbs = append(dbs, rawPebble(b, cache))
 			continue
 		}
@@ -244,10 +245,10 @@ func rawBatches(b *testing.B, run func(*testing.B, func(w, g int) error), sorted
 			id := fmt.Sprintf("bulk/%d/%d", g, i)
 			bk := bucket.ForID(id)
 			k := int(bk) % 3
-			per[k] = append(per[k], set(etags[k].Add(1), bk, id)...)
+			per[k] = set(per[k], etags[k].Add(1), bk, id)
 		}
 		return onEachShard(func(k int) error {
-			if sorted {
+			if asReplica {
 				slices.SortFunc(per[k], func(a, b kv) int { return bytes.Compare(a.k, b.k) })
 			}
 			batch := dbs[k].NewBatch()
