@@ -93,9 +93,11 @@ func (s *sendLimiter) limit() int64 {
 	return s.bps
 }
 
-// wait returns once a batch of bytes may go, or with ctx's error. Only
-// time spent waiting counts in waited: a batch that goes at once adds
-// nothing.
+// wait returns once a batch of bytes may go, or with ctx's error. A batch
+// larger than the burst is paid for in pieces of at most the burst, each
+// waiting for its own bytes, so every byte counts against the limit (a
+// batch of two 16 MiB documents is not charged as 4 MiB). Only time spent
+// waiting counts in waited: a batch that goes at once adds nothing.
 func (s *sendLimiter) wait(ctx context.Context, bytes int) error {
 	var start time.Time // of the first wait
 	defer func() {
@@ -103,32 +105,46 @@ func (s *sendLimiter) wait(ctx context.Context, bytes int) error {
 			s.waited.Add(int64(time.Since(start)))
 		}
 	}()
+	for bytes > 0 {
+		paid, err := s.waitPiece(ctx, bytes, &start)
+		if err != nil {
+			return err
+		}
+		bytes -= paid
+	}
+	return nil
+}
+
+// waitPiece waits for up to one burst of bytes and says how many it paid
+// for. start is set at the first wait of the batch.
+func (s *sendLimiter) waitPiece(ctx context.Context, bytes int, start *time.Time) (int, error) {
 	for {
 		s.mu.Lock()
 		changed := s.changed
 		s.mu.Unlock()
-		r := s.l.ReserveN(time.Now(), min(bytes, s.l.Burst()))
+		n := min(bytes, s.l.Burst())
+		r := s.l.ReserveN(time.Now(), n)
 		if !r.OK() {
 			continue // the burst shrank since it was read: read it again
 		}
 		d := r.Delay()
 		if d == 0 {
-			return nil
+			return n, nil
 		}
 		if start.IsZero() {
-			start = time.Now()
+			*start = time.Now()
 		}
 		t := time.NewTimer(d)
 		select {
 		case <-t.C:
-			return nil
+			return n, nil
 		case <-changed:
 			t.Stop()
 			r.Cancel() // give the bytes back, and wait by the new limit
 		case <-ctx.Done():
 			t.Stop()
 			r.Cancel()
-			return fmt.Errorf("move bandwidth: %w", ctx.Err())
+			return 0, fmt.Errorf("move bandwidth: %w", ctx.Err())
 		}
 	}
 }

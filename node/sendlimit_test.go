@@ -115,3 +115,24 @@ func grepLines(s, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestSendLimitChargesEveryByteOfALargeBatch: a batch larger than the
+// burst is charged in full, not as one burst. Under 1 MiB/s a fresh
+// limiter lets one 4 MiB batch go at once, but a 12 MiB batch (two large
+// documents) must wait about 8 s for the bytes past the burst.
+func TestSendLimitChargesEveryByteOfALargeBatch(t *testing.T) {
+	within := func(l *sendLimiter, bytes int) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		return l.wait(ctx, bytes)
+	}
+	if err := within(newSendLimiter(1<<20), 4<<20); err != nil {
+		t.Fatalf("one burst under a fresh limiter waited: %v", err)
+	}
+	if err := within(newSendLimiter(1<<20), 12<<20); err == nil {
+		t.Fatal("a 12 MiB batch went at once under a 1 MiB/s limit: only one burst of it was charged")
+	}
+	if err := within(newSendLimiter(0), 64<<20); err != nil {
+		t.Fatalf("a 64 MiB batch waited with no limit: %v", err)
+	}
+}
