@@ -147,10 +147,18 @@ func (n *Node) handleCreateDatabase(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	rid := r.Header.Get("Request-Id")
+	if other := n.sameNameOtherCase(name); other != "" && rid != "" {
+		// Names are case-insensitive: a retry that spells the name another
+		// way is the same request, answered as the first was, and another
+		// request under a used id is refused for that, as with one spelling.
+		if used, ok := n.fsm.RequestFingerprint(rid); ok && strings.HasPrefix(strings.ToLower(used), strings.ToLower(fmt.Sprintf("create database %q:", name))) {
+			name = other
+		}
+	}
 	cmd := &raftfsm.CreateDatabase{Meta: raftfsm.Meta{RequestID: rid, At: time.Now().UTC()}, Name: name,
 		DatabaseID: changevector.NewDatabaseID(), Shards: req.Shards, ReplicationFactor: req.ReplicationFactor, Candidates: n.upNodes(), Spread: true}
 	if rid != "" {
-		cmd.Fingerprint = fmt.Sprintf("create database %q: Shards %d, ReplicationFactor %d", name, req.Shards, req.ReplicationFactor)
+		cmd.Fingerprint = createFingerprint(name, req)
 	}
 	if err := raftfsm.ValidateCreate(cmd); err != nil {
 		writeError(w, err)
@@ -191,6 +199,12 @@ func (n *Node) handleCreateDatabase(w http.ResponseWriter, r *http.Request) {
 	cancel()
 	n.logger.Info("created database", "db", name, "shards", req.Shards, "replication_factor", req.ReplicationFactor)
 	writeJSON(w, http.StatusCreated, rec)
+}
+
+// createFingerprint names a create request, for telling a retry of it
+// from another use of its Request-Id.
+func createFingerprint(name string, req createDatabaseRequest) string {
+	return fmt.Sprintf("create database %q: Shards %d, ReplicationFactor %d", name, req.Shards, req.ReplicationFactor)
 }
 
 // createWait bounds how long a create waits for the members to open the

@@ -96,6 +96,14 @@ func TestReusedRequestIDIsRefused(t *testing.T) {
 	if r := c.must(201, "PUT", "/admin/databases/rq1", `{"Shards": 2}`, "Request-Id", "r-123"); r.json(t)["DatabaseName"] != "rq1" {
 		t.Fatalf("retried create: %s", r.Body)
 	}
+	// Names are case-insensitive, so a retry spelling the name another way
+	// is the same request.
+	if r := c.must(201, "PUT", "/admin/databases/RQ1", `{"Shards": 2}`, "Request-Id", "r-123"); r.json(t)["DatabaseName"] != "rq1" {
+		t.Fatalf("create retried with another spelling: %s", r.Body)
+	}
+	if r := c.do("PUT", "/admin/databases/RQ1", `{"Shards": 3}`, "Request-Id", "r-123"); r.Status != 409 || r.json(t)["Type"] != "RequestIdReused" {
+		t.Fatalf("another create under the first's id and another spelling: %d %s", r.Status, r.Body)
+	}
 	if r := c.do("PUT", "/admin/databases/rq2", `{}`, "Request-Id", "r-123"); r.Status != 409 || r.json(t)["Type"] != "RequestIdReused" {
 		t.Fatalf("create with a reused id: %d %s", r.Status, r.Body)
 	}
