@@ -22,6 +22,10 @@ var (
 	// ErrBadMetadata means "@metadata" is not an object or its
 	// "@collection" is not a string.
 	ErrBadMetadata = errors.New(`"@metadata" must be an object whose "@collection" is a string`)
+	// ErrAmbiguousMetadata means "@metadata" names "@collection" twice,
+	// spelled in two cases: keys are matched in any case, so which one was
+	// meant is unknowable (as with a key named twice, see Validate).
+	ErrAmbiguousMetadata = errors.New(`"@metadata" names "@collection" twice (its keys match in any case)`)
 )
 
 // Parsed is a client document split for storage.
@@ -201,11 +205,15 @@ func collectionOf(meta []byte) (string, error) {
 	if len(meta) == 0 || meta[0] != '{' {
 		return "", ErrBadMetadata
 	}
-	col := ""
+	col, seen := "", false
 	err := Members(meta, func(k, v []byte) error {
 		if !KeyIs(k, "@collection") {
 			return nil
 		}
+		if seen {
+			return ErrAmbiguousMetadata
+		}
+		seen = true
 		switch {
 		case v[0] == '"':
 			s, err := Unquote(v)

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"compress/gzip"
 	"encoding/json"
 	"errors"
@@ -13,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/shardnode/shardnode/document"
 	"github.com/shardnode/shardnode/raftfsm"
 	"github.com/shardnode/shardnode/storage"
 )
@@ -345,8 +347,13 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 	return b, nil
 }
 
-// decodeJSON strictly decodes a JSON request body into v.
+// decodeJSON strictly decodes a JSON request body into v: a field named
+// twice, in one spelling or in two cases (encoding/json matches field
+// names in any case, and keeps the last), is refused rather than guessed.
 func decodeJSON(b []byte, v any) error {
+	if err := keysOnce(b, true); err != nil {
+		return err
+	}
 	dec := json.NewDecoder(strings.NewReader(string(b)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -354,6 +361,47 @@ func decodeJSON(b []byte, v any) error {
 	}
 	if dec.More() {
 		return badRequest("malformed JSON body: trailing data after the JSON value")
+	}
+	return nil
+}
+
+// keysOnce refuses a request body that names one field twice: the same key
+// (which document.Validate refuses), or two keys equal in any case, which
+// encoding/json decodes into one field, keeping the last. deep checks the
+// objects inside the top-level one too; a body holding client-named maps
+// (query parameters) checks only its top level. It also refuses what
+// document.Validate refuses in any body: invalid UTF-8, numbers beyond
+// float64's range.
+func keysOnce(b []byte, deep bool) error {
+	if _, err := document.Validate(b); err != nil {
+		return badRequest("malformed JSON body: %v", err)
+	}
+	return foldedKeysOnce(bytes.TrimSpace(b), deep)
+}
+
+// foldedKeysOnce is keysOnce's check of v, valid JSON, for keys equal in
+// any case.
+func foldedKeysOnce(v []byte, deep bool) error {
+	switch {
+	case len(v) > 0 && v[0] == '{':
+		seen := map[string]string{}
+		return document.Members(v, func(k, val []byte) error {
+			key, err := document.Unquote(k)
+			if err != nil {
+				return badRequest("malformed JSON body: key %s: %v", k, err)
+			}
+			folded := strings.ToLower(strings.ToUpper(key))
+			if first, ok := seen[folded]; ok {
+				return badRequest("malformed JSON body: %q and %q name the same field (field names match in any case)", first, key)
+			}
+			seen[folded] = key
+			if deep {
+				return foldedKeysOnce(val, deep)
+			}
+			return nil
+		})
+	case deep && len(v) > 0 && v[0] == '[':
+		return document.Elements(v, func(e []byte) error { return foldedKeysOnce(e, deep) })
 	}
 	return nil
 }

@@ -1,11 +1,13 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/shardnode/shardnode/bucket"
@@ -273,9 +275,6 @@ func (n *Node) handleBucketsReport(w http.ResponseWriter, r *http.Request) {
 
 // ownersOf lists the shards owning any bucket of [from, to].
 func ownersOf(t target, from, to uint32) []int {
-	if t.shard >= 0 {
-		return []int{t.shard}
-	}
 	out := []int{}
 	ranges := t.rec.Sharding.BucketRanges
 	for i := range ranges {
@@ -288,6 +287,15 @@ func ownersOf(t target, from, to uint32) []int {
 		}
 	}
 	slices.Sort(out)
+	if t.shard >= 0 {
+		// One replica's view speaks for its shard alone: the shard is
+		// listed when it owns a bucket of the range, or (added by the
+		// caller) when it holds items there.
+		if slices.Contains(out, t.shard) {
+			return []int{t.shard}
+		}
+		return []int{}
+	}
 	return out
 }
 
@@ -342,7 +350,7 @@ func (n *Node) handleBucket(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	slices.Sort(owners)
-	slices.Sort(ids)
+	sortIDs(ids)
 	writeJSON(w, http.StatusOK, map[string]any{"Bucket": b, "Shards": owners, "DocumentsCount": docs, "Size": size, "ChangeVector": cv.String(), "Documents": ids,
 		"ByShard": byShard})
 }
@@ -445,4 +453,12 @@ func (n *Node) replicaOn(db string, shard int, tag string) shardReplica {
 		}
 	}
 	return &remoteReplica{n: n, tag: tag, db: db, shard: shard}
+}
+
+// sortIDs orders ids as listings and `order by id()` do: by lower-cased
+// id (ids are case-insensitive), then by id.
+func sortIDs(ids []string) {
+	slices.SortFunc(ids, func(a, b string) int {
+		return cmp.Or(strings.Compare(strings.ToLower(a), strings.ToLower(b)), strings.Compare(a, b))
+	})
 }

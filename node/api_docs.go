@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -149,11 +150,19 @@ func metadataOnlyParam(rawQuery string) (bool, error) {
 	if len(vs) == 0 || vs[0] == "" {
 		return false, nil
 	}
-	b, err := strconv.ParseBool(vs[0])
-	if err != nil {
-		return false, badRequest("metadataOnly %q: must be true or false", vs[0])
+	return boolParam("metadataOnly", vs[0])
+}
+
+// boolParam reads a boolean query parameter: true or false in any case, as
+// RavenDB's server reads them, and nothing else (not Go's 1, t or F).
+func boolParam(name, v string) (bool, error) {
+	switch {
+	case strings.EqualFold(v, "true"):
+		return true, nil
+	case strings.EqualFold(v, "false"):
+		return false, nil
 	}
-	return b, nil
+	return false, badRequest("%s %q: must be true or false", name, v)
 }
 
 // answerIDs answers a GET of ids (from the query string or a POST's
@@ -698,10 +707,15 @@ func parseBulkCommands(raw []byte) (cmds []bulkCommand, compact bool, err error)
 	if err != nil {
 		return nil, false, badRequest("malformed JSON body: %v", err)
 	}
+	seen := false
 	err = document.Members(raw, func(k, v []byte) error {
 		if !document.KeyIs(k, "Commands") {
 			return nil
 		}
+		if seen {
+			return badRequest(`malformed JSON body: "Commands" named twice (field names match in any case)`)
+		}
+		seen = true
 		if string(v) == "null" {
 			cmds = nil
 			return nil
@@ -726,6 +740,9 @@ func parseBulkCommands(raw []byte) (cmds []bulkCommand, compact bool, err error)
 	return cmds, compact, nil
 }
 
+// bulkFields are the fields of a bulk_docs command that the server reads.
+var bulkFields = [...]string{"Type", "Id", "Document", "ChangeVector"}
+
 // parseBulkCommand reads command i, valid JSON.
 func parseBulkCommand(i int, e []byte) (bulkCommand, error) {
 	var c bulkCommand
@@ -746,15 +763,24 @@ func parseBulkCommand(i int, e []byte) (bulkCommand, error) {
 		*dst = s
 		return nil
 	}
+	var seen [len(bulkFields)]bool
 	err := document.Members(e, func(k, v []byte) error {
-		switch {
-		case document.KeyIs(k, "Type"):
+		f := slices.IndexFunc(bulkFields[:], func(name string) bool { return document.KeyIs(k, name) })
+		if f < 0 {
+			return nil // a field the server does not read
+		}
+		if seen[f] {
+			return badRequest("command %d: %s named twice (field names match in any case)", i, bulkFields[f])
+		}
+		seen[f] = true
+		switch bulkFields[f] {
+		case "Type":
 			return str("Type", v, &c.Type)
-		case document.KeyIs(k, "Id"):
+		case "Id":
 			return str("Id", v, &c.ID)
-		case document.KeyIs(k, "Document"):
+		case "Document":
 			c.Document = v
-		case document.KeyIs(k, "ChangeVector"):
+		case "ChangeVector":
 			if string(v) == "null" {
 				c.ChangeVector = nil
 				return nil

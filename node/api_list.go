@@ -132,8 +132,8 @@ func parseListParams(q url.Values) (listParams, error) {
 		return p, badRequest("etag: listing the documents changed after an etag is not supported (etags are per replica here)")
 	}
 	if v := q.Get("metadataOnly"); v != "" {
-		if p.metadataOnly, err = strconv.ParseBool(v); err != nil {
-			return p, badRequest("metadataOnly %q: must be true or false", v)
+		if p.metadataOnly, err = boolParam("metadataOnly", v); err != nil {
+			return p, err
 		}
 	}
 	if !q.Has("startsWith") {

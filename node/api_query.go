@@ -33,11 +33,15 @@ func (n *Node) handleQuery(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req queryRequest
-	if r.Method == http.MethodGet {
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
 		req.Query = r.URL.Query().Get("query")
 	} else {
 		body, err := readBody(r, 1<<20)
 		if err != nil {
+			writeError(w, err)
+			return
+		}
+		if err := keysOnce(body, false); err != nil {
 			writeError(w, err)
 			return
 		}

@@ -259,6 +259,30 @@ func TestBucketsReport(t *testing.T) {
 	if s := bk["Shards"].([]any); len(s) != 1 || s[0] != where["Shard"] {
 		t.Fatalf("bucket shards %v, want [%v]", s, where["Shard"])
 	}
+	// Documents sort as listings do, by lower-cased id.
+	c.must(201, "PUT", "/databases/db/docs?id=ORDERS/99$users/7", `{}`)
+	docs := c.must(200, "GET", fmt.Sprintf("/databases/db/buckets/%d", b), "").json(t)["Documents"].([]any)
+	if docs[len(docs)-1] != "ORDERS/99$users/7" {
+		t.Fatalf("bucket's documents end with %v, want ORDERS/99$users/7 (after orders/9$users/7 in lower case)", docs[len(docs)-1])
+	}
+	// One replica's view names its own shard only where it owns the bucket
+	// or holds items in it.
+	for sn := range 3 {
+		view := c.must(200, "GET", fmt.Sprintf("/databases/db$%d/buckets/%d", sn, b), "").json(t)
+		s := view["Shards"].([]any)
+		if float64(sn) == where["Shard"] {
+			if len(s) != 1 || s[0] != float64(sn) {
+				t.Errorf("shard %d's view of its bucket: Shards %v, want [%d]", sn, s, sn)
+			}
+		} else if len(s) != 0 {
+			t.Errorf("shard %d's view of a bucket it neither owns nor holds: Shards %v, want []", sn, s)
+		}
+	}
+	// A query by GET, and HEAD answering as GET does.
+	if got := c.must(200, "GET", "/databases/db/queries?query=from%20@all_docs", "").json(t)["TotalResults"]; got != float64(31) {
+		t.Fatalf("GET query: %v results, want 31", got)
+	}
+	c.must(200, "HEAD", "/databases/db/queries?query=from%20@all_docs", "")
 	rep := c.must(200, "GET", "/databases/db/buckets?groups=3", "").json(t)
 	groups := rep["Groups"].([]any)
 	if len(groups) != 3 {
@@ -272,11 +296,11 @@ func TestBucketsReport(t *testing.T) {
 			t.Errorf("group %d shards %v", i, s)
 		}
 	}
-	if total != 30 {
+	if total != 31 {
 		t.Fatalf("report counts %v documents", total)
 	}
 	one := c.must(200, "GET", fmt.Sprintf("/databases/db/buckets?from=%d&to=%d&groups=10", b, b), "").json(t)
-	if gs := one["Groups"].([]any); len(gs) != 1 || gs[0].(map[string]any)["DocumentsCount"] != float64(30) {
+	if gs := one["Groups"].([]any); len(gs) != 1 || gs[0].(map[string]any)["DocumentsCount"] != float64(31) {
 		t.Fatalf("single-bucket report %v", one)
 	}
 }
@@ -346,6 +370,20 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"PUT", "/databases/db/docs?id=a", `{}`, 415, []string{"Content-Encoding", "br"}},
 		{"PUT", "/databases/db/docs?id=a", `{}`, 400, []string{"Content-Encoding", "gzip"}},
 		{"POST", "/admin/databases/db$0/shards", `{"Members":["A"]}`, 400, nil},
+		// A field named twice, or in two cases (the server matches field
+		// names in any case), is ambiguous: refused, not the last one kept.
+		{"PUT", "/admin/databases/x", `{"Shards": 2, "Shards": 3}`, 400, nil},
+		{"PUT", "/admin/databases/x", `{"Shards": 2, "shards": 3}`, 400, nil},
+		{"POST", "/databases/db/resharding", `{"FromBucket": 0, "ToBucket": 10, "ToShard": 1, "ToShard": 0}`, 400, nil},
+		{"POST", "/databases/db/resharding", `{"FromBucket": 0, "ToBucket": 10, "ToShard": 1, "toShard": 0}`, 400, nil},
+		{"PUT", "/admin/resharding/send-limit", `{"BytesPerSecond": 1, "bytesPerSecond": 0}`, 400, nil},
+		{"POST", "/databases/db/bulk_docs", `{"Commands":[{"Type":"PUT","Id":"ok","Document":{}}],"commands":[]}`, 400, nil},
+		{"POST", "/databases/db/bulk_docs", `{"Commands":[{"Type":"DELETE","Id":"keep","type":"PUT","Document":{}}]}`, 400, nil},
+		{"POST", "/databases/db/bulk_docs", `{"Commands":[{"Type":"PUT","Id":"ok","ID":"keep","Document":{}}]}`, 400, nil},
+		{"PUT", "/databases/db/docs?id=a", `{"@metadata":{"@collection":"A","@COLLECTION":"B"}}`, 400, nil},
+		{"POST", "/databases/db/queries", `{"Query":"from @all_docs","query":"from Users"}`, 400, nil},
+		{"GET", "/databases/db/docs?id=keep&metadataOnly=1", ``, 400, nil},
+		{"GET", "/databases/db/docs?startsWith=k&metadataOnly=t", ``, 400, nil},
 	}
 	for _, tc := range cases {
 		r := c.do(tc.method, tc.path, tc.body, tc.headers...)
@@ -365,6 +403,16 @@ func TestBadInputChangesNothing(t *testing.T) {
 	dbs := c.must(200, "GET", "/admin/databases", "").json(t)["Databases"].([]any)
 	if len(dbs) != 1 {
 		t.Fatalf("bad creates left databases: %v", dbs)
+	}
+	if ops := c.must(200, "GET", "/databases/db/resharding", "").json(t)["Operations"].([]any); len(ops) != 0 {
+		t.Fatalf("bad resharding requests started operations: %v", ops)
+	}
+	if lim := c.must(200, "GET", "/admin/resharding/send-limit", "").json(t)["BytesPerSecond"]; lim != float64(0) {
+		t.Fatalf("a bad send-limit request set the limit to %v", lim)
+	}
+	// metadataOnly is true or false in any case, as RavenDB reads it.
+	if d := c.must(200, "GET", "/databases/db/docs?id=keep&metadataOnly=TRUE", "").json(t)["Results"].([]any)[0].(map[string]any); d["v"] != nil {
+		t.Fatalf("metadataOnly=TRUE returned the body: %v", d)
 	}
 }
 
