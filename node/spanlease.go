@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -27,9 +28,21 @@ import (
 // the spans (opSpanLease): from then on the replica refuses routed writes
 // into them with the retryable BucketLeaving until its node applies the
 // flip (when the write guard names the new owner), for at most
-// sourceLeaseWindow; it waits for the writes it has in flight, and answers
+// spanLeaseWindow; it waits for the writes it has in flight, and answers
 // the buckets of the spans it holds items in, which the driver then moves
 // one at a time instead.
+//
+// The leases cover a flip only if it commits early enough: a node takes
+// client writes within freshFor of confirming that it applied what the
+// cluster had committed, so a replica that has not applied a flip yet may
+// take a write into its spans until the flip's commit plus that, and its
+// lease must still hold then (sourceLeaseMargin). The driver proposes the
+// flip with a deadline that leaves the margin before the earliest lease
+// ends, and a replica that gave no answer stops the flip: its writes
+// would be left behind on the source, and an acknowledged document would
+// answer 404 through the new owner until the driver moved it (1 of 69,720
+// in a CI run, where a lease answered late, or the flip committed past
+// the window of 3 s less the margin of 1.5 s that the lease had then).
 
 // opSpanLease asks a source replica for a lease on empty spans about to
 // flip in bulk. A distinct op: an older node answers it unknown, and its
@@ -39,8 +52,16 @@ const opSpanLease = "migration.span-lease"
 // opSpanRelease ends the leases opSpanLease gave on spans whose flip was
 // not committed (its proposal failed, or the record refused it): their
 // writes need not wait out the lease's window. Best effort: a replica
-// that does not hear it keeps refusing for at most sourceLeaseWindow.
+// that does not hear it keeps refusing for at most spanLeaseWindow.
 const opSpanRelease = "migration.span-release"
+
+// spanLeaseWindow is how long a replica refuses writes into leased spans
+// at most, from when it got the request: the ask (sourceFenceAsk), the
+// flip's proposal, and sourceLeaseMargin. A router retries a write
+// refused as leaving for up to shardWaitMax, which is longer: a lease
+// whose flip never comes (its driver's node stopped) costs a client a
+// wait, never an error.
+const spanLeaseWindow = 4 * time.Second
 
 // spanLeaseRequest is opSpanLease's (and opSpanRelease's) request: the source shard's spans and
 // the shard they flip to.
@@ -80,7 +101,7 @@ type spanLease struct {
 func (f *spanLeases) add(l *spanLease) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	l.until = time.Now().Add(sourceLeaseWindow)
+	l.until = time.Now().Add(spanLeaseWindow)
 	f.m = append(f.m, l)
 	f.n.Store(int32(len(f.m)))
 }
@@ -225,17 +246,21 @@ func (n *Node) leaseSpans(ctx context.Context, req spanLeaseRequest) (spanLeaseR
 }
 
 // LeaseEmptySpans asks every reachable replica of db's shard for a lease
-// on spans (opSpanLease), all at once, and returns the buckets of the
-// spans that those that answered within sourceFenceAsk hold items in.
-func (c reshardCluster) LeaseEmptySpans(ctx context.Context, db string, shard, to int, spans []raftfsm.BucketSpan) []uint32 {
+// on spans (opSpanLease), all at once, each within sourceFenceAsk, and
+// returns the buckets of the spans they hold items in and when the flip
+// must have committed by for their leases to cover it. A replica that
+// does not answer (but for an unknown op: a node of an earlier version)
+// is an error: the flip waits for the next try.
+func (c reshardCluster) LeaseEmptySpans(ctx context.Context, db string, shard, to int, spans []raftfsm.BucketSpan) (resharding.SpanLease, error) {
 	n := c.n
 	if len(spans) == 0 {
-		return nil
+		return resharding.SpanLease{}, nil
 	}
 	req := spanLeaseRequest{DB: db, Shard: shard, To: to, Spans: spans}
+	asked := time.Now()
 	var mu sync.Mutex
 	held := map[uint32]bool{}
-	n.askShardReplicas(ctx, db, shard, "source replica gave no lease on empty buckets about to flip; a write it takes into them is moved after the flip",
+	errs := n.askShardReplicas(ctx, db, shard, "source replica gave no lease on empty buckets about to flip; they flip at a later try",
 		func(ctx context.Context, tag string) error {
 			var r spanLeaseReply
 			var err error
@@ -251,12 +276,15 @@ func (c reshardCluster) LeaseEmptySpans(ctx context.Context, db string, shard, t
 			mu.Unlock()
 			return err
 		})
-	out := make([]uint32, 0, len(held))
+	out := resharding.SpanLease{Held: make([]uint32, 0, len(held)), FlipBy: asked.Add(spanLeaseWindow - sourceLeaseMargin)}
 	for b := range held {
-		out = append(out, b)
+		out.Held = append(out.Held, b)
 	}
-	slices.Sort(out)
-	return out
+	slices.Sort(out.Held)
+	if err := errors.Join(errs...); err != nil {
+		return out, fmt.Errorf("lease empty buckets of shard %d of %q before their flip: %w", shard, db, err)
+	}
+	return out, nil
 }
 
 // ReleaseEmptySpans ends the leases LeaseEmptySpans took on spans whose
@@ -281,14 +309,17 @@ func (c reshardCluster) ReleaseEmptySpans(ctx context.Context, db string, shard 
 
 // askShardReplicas runs ask for this node's replica of db's shard, if it
 // holds one, and for each member it finds up, all at once, each within
-// sourceFenceAsk, and logs msg for each that failed (but for an unknown
-// op: a node of an earlier version) while ctx lasts.
-func (n *Node) askShardReplicas(ctx context.Context, db string, shard int, msg string, ask func(ctx context.Context, tag string) error) {
+// sourceFenceAsk, and returns and logs (as msg) the errors of those that
+// failed, but for an unknown op (a node of an earlier version), while ctx
+// lasts.
+func (n *Node) askShardReplicas(ctx context.Context, db string, shard int, msg string, ask func(ctx context.Context, tag string) error) []error {
 	rec := n.recordOf(db)
 	if rec == nil || rec.Sharding.Shards[shard] == nil {
-		return
+		return nil
 	}
 	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
 	for _, tag := range rec.Sharding.Shards[shard].Members {
 		if tag != n.cfg.Node.Tag && !n.health.up(tag) {
 			continue
@@ -298,8 +329,12 @@ func (n *Node) askShardReplicas(ctx context.Context, db string, shard int, msg s
 			defer cancel()
 			if err := ask(actx, tag); err != nil && !isUnknownOp(err) && ctx.Err() == nil {
 				n.logger.Info(msg, "db", db, "shard", shard, "member", tag, "err", err)
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("member %s: %w", tag, err))
+				mu.Unlock()
 			}
 		})
 	}
 	wg.Wait()
+	return errs
 }

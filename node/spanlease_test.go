@@ -158,3 +158,46 @@ func TestSpanLeaseReleasedWhenItsFlipDoesNotCommit(t *testing.T) {
 		t.Fatalf("%d span leases left, want db2's", got)
 	}
 }
+
+// TestLeaseEmptySpansFailsWhenAReplicaGivesNoAnswer: a replica that does
+// not answer its lease in time (here: a write that passed its write guard
+// is still committing) makes LeaseEmptySpans an error, so the driver does
+// not flip spans into which that replica may still take writes; once it
+// answers, the lease names the buckets it holds items in and a FlipBy
+// that leaves the margin before the earliest lease's window ends.
+func TestLeaseEmptySpansFailsWhenAReplicaGivesNoAnswer(t *testing.T) {
+	n := testNode(t, t.TempDir())
+	c := client{t, n.HTTPURL()}
+	c.must(201, "PUT", "/admin/databases/db", `{"Shards": 2}`)
+	rec := n.recordOf("db")
+	var id string
+	for i := 0; id == ""; i++ {
+		if cand := fmt.Sprintf("users/%d", i); rec.ShardOf(bucket.ForID(cand)) == 0 {
+			id = cand
+		}
+	}
+	c.must(201, "PUT", "/databases/db/docs?id="+id, `{"v":1}`)
+	b := bucket.ForID(id)
+	spans := []raftfsm.BucketSpan{{From: b, To: b + 2}}
+	ctx := context.Background()
+	fence := n.replicas.fence("db", 0)
+	g := fence.enter()
+	if _, err := (reshardCluster{n}).LeaseEmptySpans(ctx, "db", 0, 1, spans); err == nil {
+		fence.exit(g)
+		t.Fatal("a lease the replica could not answer within its bound: no error")
+	}
+	fence.exit(g)
+	asked := time.Now()
+	lease, err := (reshardCluster{n}).LeaseEmptySpans(ctx, "db", 0, 1, spans)
+	if err != nil {
+		t.Fatal(err)
+	}
+	answered := time.Now()
+	if !slices.Equal(lease.Held, []uint32{b}) {
+		t.Fatalf("lease names %v as holding items, want %d", lease.Held, b)
+	}
+	// Counted from the ask, which the replica's window follows.
+	if d := spanLeaseWindow - sourceLeaseMargin; lease.FlipBy.Before(asked.Add(d)) || lease.FlipBy.After(answered.Add(d)) {
+		t.Fatalf("lease's FlipBy is %v after the ask, want %v", lease.FlipBy.Sub(asked), d)
+	}
+}

@@ -43,10 +43,17 @@ type fakeCluster struct {
 	lease       []PeerLease
 	leaseAsks   []leaseAsk
 	fenceLeases [][]PeerLease
-	// spanHeld is what LeaseEmptySpans answers; spanAsks records the
-	// spans of each call, with how many commands had been proposed before.
-	spanHeld []uint32
-	spanAsks []spanAsk
+	// spanHeld, spanFlipBy (zero: in an hour) and spanErr are what
+	// LeaseEmptySpans answers; spanAsks records the spans of each call,
+	// with how many commands had been proposed before, and
+	// proposeDeadlines the deadline of each proposal's context.
+	spanHeld         []uint32
+	spanFlipBy       time.Time
+	spanErr          error
+	spanAsks         []spanAsk
+	proposeDeadlines []time.Time
+	// stats is what RangeStats answers.
+	stats []storage.BucketStats
 	// released records the spans of each ReleaseEmptySpans call;
 	// proposeErr, when set, fails every proposal of MoveEmptyBuckets.
 	released   [][]raftfsm.BucketSpan
@@ -65,11 +72,15 @@ type spanAsk struct {
 	proposed int
 }
 
-func (c *fakeCluster) LeaseEmptySpans(_ context.Context, _ string, _, _ int, spans []raftfsm.BucketSpan) []uint32 {
+func (c *fakeCluster) LeaseEmptySpans(_ context.Context, _ string, _, _ int, spans []raftfsm.BucketSpan) (SpanLease, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.spanAsks = append(c.spanAsks, spanAsk{spans: slices.Clone(spans), proposed: len(c.proposed)})
-	return slices.Clone(c.spanHeld)
+	by := c.spanFlipBy
+	if by.IsZero() {
+		by = time.Now().Add(time.Hour)
+	}
+	return SpanLease{Held: slices.Clone(c.spanHeld), FlipBy: by}, c.spanErr
 }
 
 // leaseAsk is one LeaseSourceReplicas call: its migration and record,
@@ -120,17 +131,21 @@ func (c *fakeCluster) Failpoint(context.Context, string) {}
 func (c *fakeCluster) WaitReady(context.Context) error   { return nil }
 func (c *fakeCluster) MigratorInterval() time.Duration   { return time.Hour }
 func (c *fakeCluster) RangeStats(context.Context, string, int, uint32, uint32) ([]storage.BucketStats, error) {
-	return nil, nil
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.stats), nil
 }
 
 func (c *fakeCluster) ItemVersions(context.Context, string, int, []string) (map[string]string, error) {
 	return nil, nil
 }
 
-func (c *fakeCluster) Propose(_ context.Context, cmd raftfsm.Command) error {
+func (c *fakeCluster) Propose(ctx context.Context, cmd raftfsm.Command) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.proposed = append(c.proposed, cmd)
+	dl, _ := ctx.Deadline()
+	c.proposeDeadlines = append(c.proposeDeadlines, dl)
 	if _, ok := cmd.(*raftfsm.MoveEmptyBuckets); ok && c.proposeErr != nil {
 		return c.proposeErr
 	}

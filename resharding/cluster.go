@@ -89,11 +89,12 @@ type Cluster interface {
 	// is about to flip to shard to in bulk) until its node applies their
 	// flip, for a few seconds at most, once the writes it has in flight
 	// committed; it returns the buckets of the spans that any of them
-	// holds items in. A replica that does not answer (down, or a version
-	// without the lease) reports nothing: a write it takes into the spans
-	// is left on the source, and moved by the driver after the flip, as
-	// before.
-	LeaseEmptySpans(ctx context.Context, db string, shard, to int, spans []raftfsm.BucketSpan) []uint32
+	// holds items in, and when the flip must commit by for the leases to
+	// cover it. A replica that is up and does not answer is an error: a
+	// write it takes into the spans would be left on the source, where
+	// the new owner does not see it until the driver moves it. One of a
+	// version without the lease reports nothing, as before.
+	LeaseEmptySpans(ctx context.Context, db string, shard, to int, spans []raftfsm.BucketSpan) (SpanLease, error)
 	// ReleaseEmptySpans ends, on every reachable replica of db's shard,
 	// the leases LeaseEmptySpans took on spans whose flip did not commit,
 	// so that their writes do not wait out the lease. Best effort: a
@@ -149,6 +150,17 @@ type LastPass struct {
 	// ChangeVector is the merged version of everything the sender sent
 	// (the pass's record carries the same).
 	ChangeVector string
+}
+
+// SpanLease is what the source replicas answered to LeaseEmptySpans.
+type SpanLease struct {
+	// Held lists the buckets of the spans (ascending) that some replica
+	// holds items in: they move one at a time instead.
+	Held []uint32
+	// FlipBy is when the flip must have committed by, on the asking
+	// node's clock, for every lease to hold until no replica can take a
+	// write into the spans without knowing of it.
+	FlipBy time.Time
 }
 
 // PeerLease is one source replica's promise, answered to

@@ -3,6 +3,7 @@ package resharding
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sort"
 	"time"
@@ -258,6 +259,7 @@ func (d *Driver) refill(ctx context.Context, db string, rec *raftfsm.DatabaseRec
 	}
 	key := queueKey{op.ID, src}
 	d.racers[key] = append(d.racers[key], empty...)
+	var leaseErrs []error
 	for len(empty) > 0 {
 		n := min(len(empty), MaxLeaseSpans)
 		chunk := empty[:n]
@@ -267,7 +269,17 @@ func (d *Driver) refill(ctx context.Context, db string, rec *raftfsm.DatabaseRec
 		// since the statistics were read: those move one at a time, and
 		// no acknowledged write is left behind on the source for the
 		// flip (where the new owner would not see it until it is moved).
-		if held := d.c.LeaseEmptySpans(ctx, db, src, op.ToShard, chunk); len(held) > 0 {
+		lease, err := d.c.LeaseEmptySpans(ctx, db, src, op.ToShard, chunk)
+		if err != nil {
+			// A replica that gave no lease may take writes into the
+			// chunk until it applies the flip: not flipped now. The
+			// next refill asks again, once the buckets with data
+			// queued meanwhile have moved, or at the step's retry.
+			d.c.ReleaseEmptySpans(context.WithoutCancel(ctx), db, src, chunk)
+			leaseErrs = append(leaseErrs, err)
+			continue
+		}
+		if held := lease.Held; len(held) > 0 {
 			d.logger.Debug("empty buckets took writes before their flip; they move one at a time", "db", db, "source", src, "buckets", len(held))
 			for _, b := range held {
 				if InSpans(chunk, b) {
@@ -279,8 +291,11 @@ func (d *Driver) refill(ctx context.Context, db string, rec *raftfsm.DatabaseRec
 				continue
 			}
 		}
-		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := d.c.Propose(pctx, &raftfsm.MoveEmptyBuckets{Meta: raftfsm.Meta{At: time.Now().UTC()}, Database: db, SourceShard: src,
+		// Committed later than FlipBy, the flip would find a replica's
+		// lease ended while its node may still take writes into the
+		// chunk without knowing of the flip.
+		pctx, cancel := context.WithDeadline(ctx, lease.FlipBy)
+		err = d.c.Propose(pctx, &raftfsm.MoveEmptyBuckets{Meta: raftfsm.Meta{At: time.Now().UTC()}, Database: db, SourceShard: src,
 			DestinationShard: op.ToShard, Spans: chunk, OperationID: op.ID})
 		cancel()
 		if err != nil {
@@ -291,9 +306,15 @@ func (d *Driver) refill(ctx context.Context, db string, rec *raftfsm.DatabaseRec
 			// a write that got in meanwhile is a racer, moved later.
 			d.c.ReleaseEmptySpans(context.WithoutCancel(ctx), db, src, chunk)
 			if !errors.Is(err, raftfsm.ErrConflict) {
-				return nil, err
+				return nil, fmt.Errorf("flip %d spans of empty buckets of shard %d to shard %d: %w", len(chunk), src, op.ToShard, err)
 			}
 		}
+	}
+	if len(q) == 0 && len(leaseErrs) > 0 {
+		return nil, errors.Join(leaseErrs...)
+	}
+	if len(leaseErrs) > 0 {
+		d.logger.Warn("empty buckets not flipped: a source replica gave no lease; they flip at the next refill", "db", db, "source", src, "err", errors.Join(leaseErrs...))
 	}
 	return q, nil
 }

@@ -7,11 +7,13 @@ import (
 	"maps"
 	"slices"
 	"testing"
+	"time"
 
 	"pgregory.net/rapid"
 
 	"github.com/shardnode/shardnode/bucket"
 	"github.com/shardnode/shardnode/raftfsm"
+	"github.com/shardnode/shardnode/storage"
 )
 
 // drawSpans draws up to n ascending, disjoint spans of at most maxLen+1
@@ -96,6 +98,52 @@ func TestRefillLeasesEmptySpansBeforeTheirFlip(t *testing.T) {
 	mv, ok := c.proposed[0].(*raftfsm.MoveEmptyBuckets)
 	if !ok || !slices.Equal(mv.Spans, []raftfsm.BucketSpan{{From: 10, To: 14}, {From: 16, To: 20}}) || mv.DestinationShard != 1 {
 		t.Fatalf("proposed %+v, want the spans 10-14 and 16-20 flipped to shard 1", c.proposed[0])
+	}
+}
+
+// TestRefillFlipsOnlyWhatTheLeasesCover: the flip of leased empty spans
+// is proposed with a deadline at the leases' FlipBy (committed later, a
+// replica's lease could end while its node still takes writes into them
+// without knowing of the flip), and a lease some replica did not give
+// flips nothing: the refill ends it on the others, queues the buckets
+// with data, and fails only when it has nothing else to do, to be retried.
+func TestRefillFlipsOnlyWhatTheLeasesCover(t *testing.T) {
+	rec := &raftfsm.DatabaseRecord{DatabaseName: "db", DatabaseID: "dbid", Etag: 40}
+	rec.Sharding.BucketRanges = bucket.Ranges{{BucketRangeStart: 0, ShardNumber: 0}, {BucketRangeStart: 1000, ShardNumber: 1}}
+	op := &raftfsm.ReshardingOperation{ID: "op", FromBucket: 10, ToBucket: 20, ToShard: 1, Status: raftfsm.OperationRunning}
+	by := time.Now().Add(2 * time.Second).Round(0)
+	c := &fakeCluster{rec: rec, spanFlipBy: by}
+	d := &Driver{c: c, logger: slog.New(slog.DiscardHandler), queued: map[queueKey][]uint32{}, racers: map[queueKey][]raftfsm.BucketSpan{}}
+	if _, err := d.refill(context.Background(), "db", rec, op, 0); err != nil {
+		t.Fatal(err)
+	}
+	c.mu.Lock()
+	if len(c.proposeDeadlines) != 1 || !c.proposeDeadlines[0].Equal(by) {
+		t.Fatalf("flip proposed with deadlines %v, want the leases' FlipBy %v", c.proposeDeadlines, by)
+	}
+	c.mu.Unlock()
+
+	for _, full := range []bool{false, true} {
+		c := &fakeCluster{rec: rec, spanErr: errors.New("member C: context deadline exceeded")}
+		if full {
+			c.stats = []storage.BucketStats{{Bucket: 12, DocumentsCount: 3}}
+		}
+		d := &Driver{c: c, logger: slog.New(slog.DiscardHandler), queued: map[queueKey][]uint32{}, racers: map[queueKey][]raftfsm.BucketSpan{}}
+		q, err := d.refill(context.Background(), "db", rec, op, 0)
+		if full && (err != nil || !slices.Equal(q, []uint32{12})) {
+			t.Fatalf("refill with a bucket with data and a lease not given: %v, %v; want 12 queued and no error", q, err)
+		}
+		if !full && err == nil {
+			t.Fatalf("refill with nothing but empty buckets and a lease not given: no error, want one to retry by")
+		}
+		c.mu.Lock()
+		if len(c.proposed) != 0 {
+			t.Fatalf("proposed %v with a lease not given, want nothing", c.proposed)
+		}
+		if len(c.released) != 1 {
+			t.Fatalf("released %v, want the spans asked for", c.released)
+		}
+		c.mu.Unlock()
 	}
 }
 
