@@ -168,6 +168,13 @@ type apiError struct {
 	// Owner, on a BucketNotOwned refusal, is what the refusing replica's
 	// record says, so the router can go to the new owner at once.
 	Owner *ownerHint
+	// AskAgain, on a retryable refusal of a write, says that the router
+	// should ask the same member again after its pause rather than the
+	// shard's next member: the refusing replica takes the write itself
+	// shortly, and another member that took it meanwhile would hold a
+	// write the member reads go to lacks (a span lease about to flip
+	// empty buckets, see spanLeases.refuse).
+	AskAgain bool
 }
 
 // ownerHint names the shard that owns a refused write's bucket and the

@@ -292,7 +292,7 @@ func (n *Node) onShardWithin(ctx context.Context, t target, shard int, read bool
 			}
 			errs = append(errs, err)
 			othersSoon = othersSoon || (tag != n.cfg.Node.Tag && servesSoon(err))
-			if !read && isArriving(err) {
+			if !read && asksAgain(err) {
 				// The bucket moves to this shard and its last pass is
 				// not in: the other members wait for the same pass, and
 				// one that took the write would hold it while this member
@@ -353,11 +353,13 @@ func servesSoon(err error) bool {
 		(ae.Type == "ShardCatchingUp" || ae.Type == "ShardHandingOver" || ae.Type == "BucketArriving" || ae.Type == "BucketLeaving")
 }
 
-// isArriving reports a write refused because its bucket moves to the
-// shard and the source's last pass is not in yet (errBucketArriving).
-func isArriving(err error) bool {
+// asksAgain reports a write refused by a member that should be asked
+// again after the pause, not passed on to the shard's next member: its
+// bucket moves to the shard and the source's last pass is not in yet
+// (errBucketArriving), or the refusal says so (AskAgain).
+func asksAgain(err error) bool {
 	var ae *apiError
-	return errors.As(err, &ae) && ae.Type == "BucketArriving"
+	return errors.As(err, &ae) && (ae.Type == "BucketArriving" || ae.AskAgain)
 }
 
 func (n *Node) attempt(ctx context.Context, db string, shard int, tag string, read bool, extra time.Duration, fn func(context.Context, shardReplica) error) error {

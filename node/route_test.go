@@ -5,10 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/shardnode/shardnode/bucket"
 	"github.com/shardnode/shardnode/config"
@@ -148,18 +151,21 @@ func TestAttemptAsksAnUnreachableMemberAgainWhileRoutesConnect(t *testing.T) {
 // router wait and ask it again, not pass the write to the next member,
 // which waits for the same pass: both would then hold the bucket's writes
 // and commit them on the same version once it came in. A read refused so
-// goes on to the next member, as reads do.
+// goes on to the next member, as reads do. So does a write refused with
+// AskAgain (a span lease about to flip empty buckets), even through the
+// bus, whereas one refused as leaving without it (a sender's lease: the
+// sender takes it) goes on to the next member.
 func TestArrivingWriteAsksTheSameMemberAgain(t *testing.T) {
 	cfg := config.Default()
 	n := &Node{cfg: &cfg, health: newHealth(cfg.Node.Tag), started: time.Now().Add(-peerReachWait), fresh: newFreshness()}
 	rec := &raftfsm.DatabaseRecord{DatabaseName: "db", Sharding: raftfsm.Sharding{Shards: map[int]*raftfsm.ShardTopology{0: {Members: []string{"Y", "Z"}}}}}
 	tgt := target{rec: rec, shard: -1}
-	run := func(read bool) []string {
+	run := func(read bool, refusal func() error) []string {
 		var asked []string
 		err := n.onShard(context.Background(), tgt, 0, read, func(_ context.Context, r shardReplica) error {
 			asked = append(asked, r.(*remoteReplica).tag)
 			if len(asked) < 3 {
-				return errBucketArriving("db", 0, 7)
+				return refusal()
 			}
 			return nil
 		})
@@ -168,10 +174,28 @@ func TestArrivingWriteAsksTheSameMemberAgain(t *testing.T) {
 		}
 		return asked
 	}
-	if asked := run(false); !slices.Equal(asked, []string{"Y", "Y", "Y"}) {
+	arriving := func() error { return errBucketArriving("db", 0, 7) }
+	if asked := run(false, arriving); !slices.Equal(asked, []string{"Y", "Y", "Y"}) {
 		t.Errorf("a write refused as arriving asked %v, want Y again and again", asked)
 	}
-	if asked := run(true); !slices.Equal(asked, []string{"Y", "Z", "Y"}) {
+	if asked := run(true, arriving); !slices.Equal(asked, []string{"Y", "Z", "Y"}) {
 		t.Errorf("a read refused as arriving asked %v, want Y, then Z, then Y", asked)
+	}
+	// The refusal as a remote member's answer carries it: through respond
+	// and call's decoding of the headers.
+	wire := func(err error) error {
+		m := nats.NewMsg("")
+		setReplyError(m, err)
+		return replyError(m)
+	}
+	leased := func() error {
+		return &apiError{Status: http.StatusServiceUnavailable, Type: "BucketLeaving", AskAgain: true, Msg: "leaving in one step"}
+	}
+	if asked := run(false, func() error { return wire(leased()) }); !slices.Equal(asked, []string{"Y", "Y", "Y"}) {
+		t.Errorf("a write refused by a span lease asked %v, want Y again and again", asked)
+	}
+	sent := func() error { return wire(errBucketLeaving("db", 0, 7, "Z")) }
+	if asked := run(false, sent); !slices.Equal(asked, []string{"Y", "Z", "Y"}) {
+		t.Errorf("a write refused as leaving to its sender asked %v, want Y, then Z, then Y", asked)
 	}
 }

@@ -17,7 +17,8 @@ import (
 // subscribes to one subject, sn.<cluster>.rpc.<tag>, and the "Op" header
 // picks the handler. Replies carry "Status" (an HTTP status), and on
 // failure "Error-Type" and the message as the body (a BucketNotOwned
-// refusal adds "Owner-Shard" and "Owner-Etag").
+// refusal adds "Owner-Shard" and "Owner-Etag", a refusal to be asked
+// again of the same member "Ask-Again").
 
 // errUnreachable means no node answered: nothing was executed, so the
 // caller may try another replica.
@@ -135,14 +136,7 @@ func (n *Node) handleRPC(ctx context.Context, m *nats.Msg) {
 func (n *Node) respond(m *nats.Msg, op string, v any, err error) {
 	reply := nats.NewMsg(m.Reply)
 	if err != nil {
-		ae := toAPIError(err)
-		reply.Header.Set("Status", strconv.Itoa(ae.Status))
-		reply.Header.Set("Error-Type", ae.Type)
-		if ae.Owner != nil {
-			reply.Header.Set("Owner-Shard", strconv.Itoa(ae.Owner.Shard))
-			reply.Header.Set("Owner-Etag", strconv.FormatUint(ae.Owner.RecordEtag, 10))
-		}
-		reply.Data = []byte(ae.Msg)
+		setReplyError(reply, err)
 	} else {
 		reply.Header.Set("Status", "200")
 		if raw, ok := v.([]byte); ok {
@@ -289,19 +283,42 @@ func (n *Node) callRawWith(ctx context.Context, tag, op string, data []byte, ext
 		return nil, fmt.Errorf("%s to node %s: %w", op, tag, err)
 	}
 	if st := reply.Header.Get("Status"); st != "200" {
-		code, _ := strconv.Atoi(st)
-		if code == 0 {
-			code = http.StatusBadGateway
-		}
-		ae := &apiError{Status: code, Type: reply.Header.Get("Error-Type"), Msg: string(reply.Data)}
-		shard, serr := strconv.Atoi(reply.Header.Get("Owner-Shard"))
-		etag, eerr := strconv.ParseUint(reply.Header.Get("Owner-Etag"), 10, 64)
-		if serr == nil && eerr == nil {
-			ae.Owner = &ownerHint{Shard: shard, RecordEtag: etag}
-		}
-		return nil, ae
+		return nil, replyError(reply)
 	}
 	return reply.Data, nil
+}
+
+// setReplyError puts err into reply: its status and type, and what a
+// refusal tells the router, in the headers, its message as the body.
+func setReplyError(reply *nats.Msg, err error) {
+	ae := toAPIError(err)
+	reply.Header.Set("Status", strconv.Itoa(ae.Status))
+	reply.Header.Set("Error-Type", ae.Type)
+	if ae.Owner != nil {
+		reply.Header.Set("Owner-Shard", strconv.Itoa(ae.Owner.Shard))
+		reply.Header.Set("Owner-Etag", strconv.FormatUint(ae.Owner.RecordEtag, 10))
+	}
+	if ae.AskAgain {
+		reply.Header.Set("Ask-Again", "true")
+	}
+	reply.Data = []byte(ae.Msg)
+}
+
+// replyError reads the error setReplyError put into a reply that is not a
+// 200; a reply without a status is a 502.
+func replyError(reply *nats.Msg) *apiError {
+	code, _ := strconv.Atoi(reply.Header.Get("Status"))
+	if code == 0 {
+		code = http.StatusBadGateway
+	}
+	ae := &apiError{Status: code, Type: reply.Header.Get("Error-Type"), Msg: string(reply.Data)}
+	shard, serr := strconv.Atoi(reply.Header.Get("Owner-Shard"))
+	etag, eerr := strconv.ParseUint(reply.Header.Get("Owner-Etag"), 10, 64)
+	if serr == nil && eerr == nil {
+		ae.Owner = &ownerHint{Shard: shard, RecordEtag: etag}
+	}
+	ae.AskAgain = reply.Header.Get("Ask-Again") == "true"
+	return ae
 }
 
 // leftAnswerWait bounds how long a request in flight to a node that

@@ -134,8 +134,8 @@ func TestSourceLeaseSparesTheFlipsRoundTrip(t *testing.T) {
 	lb.routed = true
 	_, err = lb.write(ctx, []storage.Op{{Kind: storage.OpPut, ID: "b$t1", Body: []byte(`{"v":2}`)}}, writeConcern{}, 0)
 	var ae *apiError
-	if !errors.As(err, &ae) || ae.Status != 503 || ae.Type != "BucketLeaving" || !retryable(err) || !servesSoon(err) || !strings.Contains(ae.Msg, "node A") {
-		t.Fatalf("routed write into the leased bucket on B: %v, want a retryable 503 BucketLeaving naming A", err)
+	if !errors.As(err, &ae) || ae.Status != 503 || ae.Type != "BucketLeaving" || !retryable(err) || !servesSoon(err) || asksAgain(err) || !strings.Contains(ae.Msg, "node A") {
+		t.Fatalf("routed write into the leased bucket on B: %v, want a retryable 503 BucketLeaving naming A, passed on to it", err)
 	}
 	if _, err := lb.write(ctx, []storage.Op{{Kind: storage.OpPut, ID: "b$t2", Body: []byte(`{"v":2}`)}}, writeConcern{}, 0); err != nil {
 		t.Fatalf("routed write into another bucket on B: %v", err)

@@ -173,7 +173,13 @@ func (f *spanLeases) refuse(db string, shard int, ops []storage.Op, record func(
 		}
 		for _, op := range ops {
 			if b := bucket.ForID(op.ID); resharding.InSpans(l.spans, b) && rec.ShardOf(b) == shard {
-				return &apiError{Status: http.StatusServiceUnavailable, Type: "BucketLeaving",
+				// Asked again of this member, not of the next: the shard's
+				// replicas answer their leases a moment apart and narrow
+				// them by what each holds, so the next one may take the
+				// write, which reads through the shard's first member then
+				// miss until replication brings it (2 of 68,557 read back
+				// as 404, the flip not yet applied on any node).
+				return &apiError{Status: http.StatusServiceUnavailable, Type: "BucketLeaving", AskAgain: true,
 					Msg: fmt.Sprintf("bucket %d of %q is leaving shard %d for shard %d, with the empty buckets around it, in one step; try again shortly", b, db, shard, l.to)}
 			}
 		}

@@ -62,8 +62,8 @@ func TestSpanLeaseRefusesWritesIntoEmptySpansUntilTheirFlip(t *testing.T) {
 		return err
 	}
 	var ae *apiError
-	if err := put(empty); !errors.As(err, &ae) || ae.Type != "BucketLeaving" || !servesSoon(err) {
-		t.Fatalf("a write into a leased empty bucket: %v, want a retryable BucketLeaving", err)
+	if err := put(empty); !errors.As(err, &ae) || ae.Type != "BucketLeaving" || !servesSoon(err) || !asksAgain(err) {
+		t.Fatalf("a write into a leased empty bucket: %v, want a retryable BucketLeaving to be asked again of this member", err)
 	}
 	if err := put(outside); err != nil {
 		t.Fatalf("a write outside the leased spans: %v", err)

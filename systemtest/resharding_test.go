@@ -2,6 +2,7 @@ package systemtest
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -549,7 +550,7 @@ func racingEmptyFlip(t *testing.T, nodes, rf int) {
 	testcluster.Must(t, 201, "POST", A+"/databases/db/bulk_docs", `{"Commands":[`+join(cmds)+`]}`)
 	stop := make(chan struct{})
 	var mu sync.Mutex
-	var acked, unread []string
+	var acked, unread, where []string
 	var wg sync.WaitGroup
 	for w := range 8 {
 		wg.Add(1)
@@ -567,10 +568,17 @@ func racingEmptyFlip(t *testing.T, nodes, rf int) {
 					g, err := testcluster.Do("GET", via+"/databases/db/docs?id="+id, "")
 					mu.Lock()
 					acked = append(acked, id)
-					if err != nil || g.Status != 200 {
+					miss := err != nil || g.Status != 200
+					if miss {
 						unread = append(unread, fmt.Sprintf("%s (%v %d)", id, err, g.Status))
 					}
 					mu.Unlock()
+					if miss {
+						w := whereIs(c, "db", id, 2, via)
+						mu.Lock()
+						where = append(where, w)
+						mu.Unlock()
+					}
 				}
 			}
 		}()
@@ -589,6 +597,9 @@ func racingEmptyFlip(t *testing.T, nodes, rf int) {
 	wg.Wait()
 	if len(unread) > 0 {
 		t.Errorf("%d of %d acknowledged writes did not read back at once, the first %v", len(unread), len(acked), unread[:min(len(unread), 5)])
+		for _, w := range where {
+			t.Log(w)
+		}
 	}
 	testcluster.WaitFor(t, 5*time.Second, "every acknowledged document readable through the database", func() error {
 		missing := 0
@@ -606,6 +617,29 @@ func racingEmptyFlip(t *testing.T, nodes, rf int) {
 		}
 		return nil
 	})
+}
+
+// whereIs says, for a document that did not read back through via, where
+// it is as each node sees it: its bucket's owner by that node's record,
+// which of the node's replicas of db's shards hold it, and whether it
+// reads back through via now.
+func whereIs(c *testcluster.Cluster, db, id string, shards int, via string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s, right after its read missed:", id)
+	for i, m := range c.Members {
+		if r, err := testcluster.Do("GET", fmt.Sprintf("%s/databases/%s/sharding/bucket?id=%s", c.URL(i), db, id), ""); err == nil {
+			fmt.Fprintf(&b, " node %s routes it by %s;", m.Tag, bytes.TrimSpace(r.Body))
+		}
+		for sh := range shards {
+			if r, err := testcluster.Do("GET", fmt.Sprintf("%s/databases/%s$%d/docs?id=%s", c.URL(i), db, sh, id), ""); err == nil && r.Status == 200 {
+				fmt.Fprintf(&b, " node %s's replica of shard %d holds it;", m.Tag, sh)
+			}
+		}
+	}
+	if r, err := testcluster.Do("GET", via+"/databases/"+db+"/docs?id="+id, ""); err == nil {
+		fmt.Fprintf(&b, " read again through %s: %d", via, r.Status)
+	}
+	return b.String()
 }
 
 // TestRangeMoveLeavesEveryReplicaWhole moves a range of a few thousand
