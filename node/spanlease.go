@@ -40,9 +40,11 @@ import (
 // flip with a deadline that leaves the margin before the earliest lease
 // ends, and a replica that gave no answer stops the flip: its writes
 // would be left behind on the source, and an acknowledged document would
-// answer 404 through the new owner until the driver moved it (1 of 69,720
-// in a CI run, where a lease answered late, or the flip committed past
-// the window of 3 s less the margin of 1.5 s that the lease had then).
+// answer 404 through the new owner until the driver moved it. (Both holes
+// were found reading this code for a CI run's 404, which came from
+// elsewhere: see AskAgain in refuse. Before, a late answer counted as
+// holding nothing, and the flip could commit past the lease's window of
+// 3 s less the margin of 1.5 s.)
 
 // opSpanLease asks a source replica for a lease on empty spans about to
 // flip in bulk. A distinct op: an older node answers it unknown, and its
