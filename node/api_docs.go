@@ -552,7 +552,6 @@ func (n *Node) writeOps(ctx context.Context, t target, ops []storage.Op, wc writ
 		routed uint64
 	}
 	hinted := map[int]ownerHint{} // op index → owner a refusal named
-	var hintedEtag uint64         // the newest record a hinted group was written by
 	first := time.Now()
 	var rerouted time.Duration // first attempt → start of the latest
 	for attempt := 0; ; attempt++ {
@@ -635,25 +634,9 @@ func (n *Node) writeOps(ctx context.Context, t target, ops []storage.Op, wc writ
 		if len(failed) > 0 {
 			return nil, wrapFirst(failed[0], errors.Join(failed...))
 		}
-		for gi, err := range errs {
-			if err == nil {
-				hintedEtag = max(hintedEtag, order[gi].routed)
-			}
-		}
 		if len(pending) == 0 {
 			if attempt > 0 {
 				n.reroutes.record(t.rec.DatabaseName, t.rec.CreatedIndex, rerouted)
-			}
-			if hintedEtag > t.rec.Etag {
-				// A write sent by a refusal's hint went to the new owner
-				// by a record this node has not applied: until it does, a
-				// read through it goes to the old owner, whose replica may
-				// not know of the flip either (it refused the write as
-				// leaving, and another member named the owner), and
-				// misses the write just acknowledged. So the answer waits
-				// for the record, as briefly as raft applies it here (an
-				// error means the client left: the write is done anyway).
-				_ = n.waitRecord(ctx, t.rec.DatabaseName, hintedEtag, maxRecordWait)
 			}
 			return results, nil
 		}
