@@ -11,6 +11,7 @@ import (
 	"net/http/pprof"
 	"net/url"
 	"path"
+	"reflect"
 	"strconv"
 	"strings"
 
@@ -264,7 +265,16 @@ type errorBody struct {
 
 func writeError(w http.ResponseWriter, err error) {
 	ae := toAPIError(err)
-	writeJSON(w, ae.Status, errorBody{Error: ae.Msg, Type: ae.Type})
+	// Without HTML's escapes: a message reads "0 <= FromBucket", not
+	// "0 \u003c= FromBucket", to a client that prints the raw body.
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if enc.Encode(errorBody{Error: ae.Msg, Type: ae.Type}) != nil {
+		writeJSON(w, ae.Status, errorBody{Error: ae.Msg, Type: ae.Type})
+		return
+	}
+	writeRaw(w, ae.Status, bytes.TrimSuffix(b.Bytes(), []byte("\n")))
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -364,12 +374,41 @@ func decodeJSON(b []byte, v any) error {
 	dec := json.NewDecoder(strings.NewReader(string(b)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" {
+			return badRequest("malformed JSON body: %q is %s, want %s", te.Field, te.Value, jsonKind(te.Type))
+		}
 		return badRequest("malformed JSON body: %v", err)
 	}
 	if dec.More() {
 		return badRequest("malformed JSON body: trailing data after the JSON value")
 	}
 	return nil
+}
+
+// jsonKind says in JSON's words what a body's field of Go type t takes,
+// for a client that sent something else.
+func jsonKind(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return "a whole number"
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return fmt.Sprintf("a whole number from 0 to %d", uint64(1)<<(t.Bits())-1)
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	}
+	return "a value of another type"
 }
 
 // keysOnce refuses a request body that names one field twice: the same key

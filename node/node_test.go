@@ -678,3 +678,44 @@ func TestDatabaseNamesAreCaseInsensitive(t *testing.T) {
 	c.must(204, "DELETE", "/admin/databases/SHOP", "")
 	c.must(404, "GET", "/databases/shop/docs?id=users/1", "")
 }
+
+// TestBadReshardingRequestsSayWhatIsWrong: a resharding request with a
+// field of the wrong type or out of range is a 400 whose message names the
+// field and what it takes, in the words of JSON rather than of Go, and
+// reads as written (no HTML escapes in the raw body); an unknown operation
+// is named the same way by GET and DELETE.
+func TestBadReshardingRequestsSayWhatIsWrong(t *testing.T) {
+	n := testNode(t, t.TempDir())
+	c := client{t, n.HTTPURL()}
+	c.must(201, "PUT", "/admin/databases/db", `{"Shards": 3}`)
+	for _, tc := range []struct {
+		body, want string
+	}{
+		{`{"FromBucket":-1,"ToBucket":5,"ToShard":1}`, "need 0 <= FromBucket <= ToBucket <= 1048575"},
+		{`{"FromBucket":0,"ToBucket":1048576,"ToShard":1}`, "need 0 <= FromBucket <= ToBucket <= 1048575"},
+		{`{"FromBucket":"0","ToBucket":5,"ToShard":1}`, `"FromBucket" is string, want a whole number`},
+		{`{"FromBucket":0.5,"ToBucket":5,"ToShard":1}`, `"FromBucket" is number 0.5, want a whole number`},
+		{`{"FromBucket":[],"ToBucket":5,"ToShard":1}`, `"FromBucket" is array, want a whole number`},
+		{`{"FromBucket":0,"ToBucket":5,"ToShard":-1}`, "ToShard -1: shard numbers are 0 or more"},
+		{`{"FromBucket":0,"ToBucket":5,"ToShard":true}`, `"ToShard" is bool, want a whole number`},
+	} {
+		r := c.do("POST", "/databases/db/resharding", tc.body)
+		var e struct{ Error string }
+		_ = json.Unmarshal(r.Body, &e)
+		if r.Status != 400 || !strings.Contains(e.Error, tc.want) || bytes.Contains(r.Body, []byte(`\u003c`)) {
+			t.Errorf("%s: %d %s, want a 400 saying %q", tc.body, r.Status, r.Body, tc.want)
+		}
+	}
+	var ae struct{ Error string }
+	if r := c.do("PUT", "/admin/databases/x", `{"Shards": 1, "ReplicationFactor": "2"}`); r.Status != 400 || json.Unmarshal(r.Body, &ae) != nil || !strings.Contains(ae.Error, `"ReplicationFactor" is string, want a whole number`) {
+		t.Errorf("ReplicationFactor \"2\": %d %s, want a 400 naming the field and what it takes", r.Status, r.Body)
+	}
+	get := c.do("GET", "/databases/db/resharding/nope", "")
+	del := c.do("DELETE", "/databases/db/resharding/nope", "")
+	if get.Status != 404 || del.Status != 404 || !bytes.Equal(get.Body, del.Body) {
+		t.Errorf("unknown operation: GET %d %s, DELETE %d %s; want the same 404", get.Status, get.Body, del.Status, del.Body)
+	}
+	if ops := c.must(200, "GET", "/databases/db/resharding", "").json(t)["Operations"].([]any); len(ops) != 0 {
+		t.Fatalf("bad resharding requests started operations: %v", ops)
+	}
+}

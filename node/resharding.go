@@ -408,9 +408,11 @@ func (n *Node) registerMigrationRPC() {
 
 // reshardRequest is POST /databases/{db}/resharding's body.
 type reshardRequest struct {
-	FromBucket *uint32 `json:"FromBucket"`
-	ToBucket   *uint32 `json:"ToBucket"`
-	ToShard    *int    `json:"ToShard"`
+	// Wider than a bucket, so that a negative one gets the range's
+	// message, not the decoder's.
+	FromBucket *int64 `json:"FromBucket"`
+	ToBucket   *int64 `json:"ToBucket"`
+	ToShard    *int   `json:"ToShard"`
 }
 
 func (n *Node) handleStartResharding(w http.ResponseWriter, r *http.Request) {
@@ -437,8 +439,12 @@ func (n *Node) handleStartResharding(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badRequest(`give "FromBucket", "ToBucket" and "ToShard"`))
 		return
 	}
-	if *req.FromBucket > *req.ToBucket || *req.ToBucket > 1<<20-1 {
+	if *req.FromBucket < 0 || *req.FromBucket > *req.ToBucket || *req.ToBucket > 1<<20-1 {
 		writeError(w, badRequest("bucket range %d-%d: need 0 <= FromBucket <= ToBucket <= %d", *req.FromBucket, *req.ToBucket, 1<<20-1))
+		return
+	}
+	if *req.ToShard < 0 {
+		writeError(w, badRequest("ToShard %d: shard numbers are 0 or more (shards: %v)", *req.ToShard, t.rec.ShardNumbers()))
 		return
 	}
 	if _, ok := t.rec.Sharding.Shards[*req.ToShard]; !ok {
@@ -446,12 +452,13 @@ func (n *Node) handleStartResharding(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// A client retrying with the same Request-Id gets the same operation.
+	from, to := uint32(*req.FromBucket), uint32(*req.ToBucket) // checked above
 	id := newOperationID()
 	if rid := r.Header.Get("Request-Id"); rid != "" {
 		id = operationIDFor(t.rec.DatabaseName, rid)
 	}
 	cmd := &raftfsm.StartResharding{Meta: raftfsm.Meta{At: time.Now().UTC(), RequestID: r.Header.Get("Request-Id")}, Database: t.rec.DatabaseName,
-		OperationID: id, FromBucket: *req.FromBucket, ToBucket: *req.ToBucket, ToShard: *req.ToShard, AwaitsRange: true, SettledTotal: true}
+		OperationID: id, FromBucket: from, ToBucket: to, ToShard: *req.ToShard, AwaitsRange: true, SettledTotal: true}
 	if _, err := n.proposeIndex(r.Context(), cmd); err != nil {
 		writeError(w, err)
 		return
@@ -472,7 +479,7 @@ func (n *Node) handleStartResharding(w http.ResponseWriter, r *http.Request) {
 			writeError(w, operationGone(r, t.rec.DatabaseName, id))
 			return
 		}
-		if op.FromBucket != *req.FromBucket || op.ToBucket != *req.ToBucket || op.ToShard != *req.ToShard {
+		if op.FromBucket != from || op.ToBucket != to || op.ToShard != *req.ToShard {
 			writeError(w, requestIDReused(r))
 			return
 		}
@@ -685,6 +692,10 @@ func (n *Node) handleCancelResharding(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("id")
+	if t.rec.Sharding.Resharding[id] == nil {
+		writeError(w, notFound("OperationNotFound", "no resharding operation %q in %q", id, t.rec.DatabaseName))
+		return
+	}
 	if err := n.propose(r.Context(), &raftfsm.CancelResharding{Meta: raftfsm.Meta{At: time.Now().UTC(), RequestID: r.Header.Get("Request-Id")}, Database: t.rec.DatabaseName, OperationID: id}); err != nil {
 		writeError(w, err)
 		return

@@ -29,6 +29,12 @@ type Driver struct {
 	// source (readable through the database only once moved). The next
 	// step of that source moves any such leftovers first.
 	racers map[queueKey][]raftfsm.BucketSpan
+	// reflip holds, per operation and source shard, when a refill left
+	// empty buckets unflipped because a source replica gave no lease (a
+	// node just killed, not yet found down): the queue is read again from
+	// the source's statistics once reflipEvery has passed, between two
+	// buckets with data, rather than once all of them have moved.
+	reflip map[queueKey]time.Time
 	// running holds the operations this driver saw running, to log their
 	// end once (on the leader, which drives them).
 	running map[opKey]bool
@@ -47,6 +53,10 @@ type queueKey struct {
 // (Cluster.LeaseEmptySpans): about 26 bytes each as JSON, well within a
 // bus message.
 const MaxLeaseSpans = 4096
+
+// reflipEvery is how long after a lease was refused the driver tries the
+// empty buckets it left unflipped again (see Driver.reflip).
+const reflipEvery = time.Second
 
 // NewDriver starts a driver; dbs lists the databases to watch.
 func NewDriver(c Cluster, dbs func() []string, logger *slog.Logger) *Driver {
@@ -189,6 +199,12 @@ func (d *Driver) advance(ctx context.Context, db string, rec *raftfsm.DatabaseRe
 		delete(d.racers, key) // none: the writes in flight at the flip have long committed
 	}
 	q := d.queued[key]
+	if at, ok := d.reflip[key]; ok && time.Since(at) >= reflipEvery {
+		// Empty buckets were left unflipped: read the queue again, which
+		// leases and flips them, and queues the buckets with data anew.
+		delete(d.reflip, key)
+		q = nil
+	}
 	// Drop queued buckets that moved or are migrating meanwhile.
 	for len(q) > 0 && (rec.ShardOf(q[0]) != src || rec.Sharding.BucketMigrations[q[0]] != nil) {
 		q = q[1:]
@@ -314,7 +330,11 @@ func (d *Driver) refill(ctx context.Context, db string, rec *raftfsm.DatabaseRec
 		return nil, errors.Join(leaseErrs...)
 	}
 	if len(leaseErrs) > 0 {
-		d.logger.Warn("empty buckets not flipped: a source replica gave no lease; they flip at the next refill", "db", db, "source", src, "err", errors.Join(leaseErrs...))
+		if d.reflip == nil {
+			d.reflip = map[queueKey]time.Time{}
+		}
+		d.reflip[key] = time.Now()
+		d.logger.Warn("empty buckets not flipped: a source replica gave no lease; they are tried again in a moment, between buckets with data", "db", db, "source", src, "retry_in", reflipEvery, "err", errors.Join(leaseErrs...))
 	}
 	return q, nil
 }
@@ -392,6 +412,11 @@ func (d *Driver) forgetEnded(rec *raftfsm.DatabaseRecord) {
 	for k := range d.queued {
 		if ended(k.op) {
 			delete(d.queued, k)
+		}
+	}
+	for k := range d.reflip {
+		if ended(k.op) {
+			delete(d.reflip, k)
 		}
 	}
 }

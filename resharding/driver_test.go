@@ -147,6 +147,57 @@ func TestRefillFlipsOnlyWhatTheLeasesCover(t *testing.T) {
 	}
 }
 
+// TestUnflippedEmptyBucketsAreTriedAgainSoon: empty buckets left unflipped
+// because a source replica gave no lease (a node just killed) are leased
+// and flipped again at the first step after reflipEvery, between buckets
+// with data, not once every bucket with data has moved (minutes).
+func TestUnflippedEmptyBucketsAreTriedAgainSoon(t *testing.T) {
+	rec := &raftfsm.DatabaseRecord{DatabaseName: "db", DatabaseID: "dbid", Etag: 40}
+	rec.Sharding.BucketRanges = bucket.Ranges{{BucketRangeStart: 0, ShardNumber: 0}, {BucketRangeStart: 1000, ShardNumber: 1}}
+	op := &raftfsm.ReshardingOperation{ID: "op", FromBucket: 10, ToBucket: 20, ToShard: 1, Status: raftfsm.OperationRunning}
+	c := &fakeCluster{rec: rec, spanErr: errors.New("member C: context deadline exceeded"),
+		stats: []storage.BucketStats{{Bucket: 12, DocumentsCount: 3}, {Bucket: 17, DocumentsCount: 1}}}
+	d := &Driver{c: c, logger: slog.New(slog.DiscardHandler), queued: map[queueKey][]uint32{}, racers: map[queueKey][]raftfsm.BucketSpan{}}
+	flips := func() int {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		n := 0
+		for _, cmd := range c.proposed {
+			if _, ok := cmd.(*raftfsm.MoveEmptyBuckets); ok {
+				n++
+			}
+		}
+		return n
+	}
+	ctx := context.Background()
+	if err := d.advance(ctx, "db", rec, op, 0); err != nil {
+		t.Fatal(err)
+	}
+	if flips() != 0 {
+		t.Fatal("empty buckets flipped without every replica's lease")
+	}
+	// The replica answers now; before reflipEvery the queue goes on.
+	c.mu.Lock()
+	c.spanErr = nil
+	c.mu.Unlock()
+	if err := d.advance(ctx, "db", rec, op, 0); err != nil {
+		t.Fatal(err)
+	}
+	if flips() != 0 {
+		t.Fatal("empty buckets tried again before reflipEvery")
+	}
+	d.reflip[queueKey{"op", 0}] = time.Now().Add(-reflipEvery)
+	if err := d.advance(ctx, "db", rec, op, 0); err != nil {
+		t.Fatal(err)
+	}
+	if flips() != 1 {
+		t.Fatalf("%d flips after reflipEvery, want the empty buckets flipped once", flips())
+	}
+	if _, ok := d.reflip[queueKey{"op", 0}]; ok {
+		t.Fatal("a flip that went through is still marked to be tried again")
+	}
+}
+
 // TestRefillReleasesTheLeaseOfAFlipNotCommitted: when the command that
 // flips leased empty spans fails (no leader, a timeout) or is refused (a
 // bucket began migrating), the driver ends the source's leases on them at
