@@ -684,6 +684,11 @@ func TestHumanFormats(t *testing.T) {
 			t.Errorf("formatElapsed(%v) = %q, want %q", d, got, want)
 		}
 	}
+	for n, want := range map[int64]string{0: "0 docs", 1: "1 doc", 2: "2 docs", 1234: "1,234 docs"} {
+		if got := docCount(n); got != want {
+			t.Errorf("docCount(%d) = %q, want %q", n, got, want)
+		}
+	}
 	if p := percent(operation{BucketsTotal: 2001, BucketsDone: 2000}); p != 99.9 {
 		t.Errorf("percent of 2000/2001 = %v, want 99.9 (never 100 before the end)", p)
 	}
@@ -864,7 +869,7 @@ func TestMoveCancelledWaitsForBucketInFlight(t *testing.T) {
 					last = l
 				}
 			}
-			if !strings.HasPrefix(last, "Cancelled 40.0%, 4/10 buckets, 1 docs, 150 B, ") || strings.Contains(last, "waiting") || strings.Contains(last, "now:") {
+			if !strings.HasPrefix(last, "Cancelled 40.0%, 4/10 buckets, 1 doc, 150 B, ") || strings.Contains(last, "waiting") || strings.Contains(last, "now:") {
 				t.Errorf("last progress line %q", last)
 			}
 			m := regexp.MustCompile(`Average +[0-9.]+ ms per bucket with data \(([0-9.]+ data buckets/s)\)\n  Throughput  (.*)\n`).FindStringSubmatch(got)

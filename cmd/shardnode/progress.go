@@ -210,7 +210,7 @@ func progressFields(v progressView) []string {
 	f := []string{
 		fmt.Sprintf("%.1f%%", percent(op)),
 		fmt.Sprintf("%s/%s buckets", humanCount(op.BucketsDone), humanCount(op.BucketsTotal)),
-		fmt.Sprintf("%s docs", humanCount(op.DocumentsMoved)),
+		docCount(op.DocumentsMoved),
 		humanBytes(op.BytesMoved),
 		v.rates(),
 		formatElapsed(v.Elapsed),
@@ -236,7 +236,7 @@ func ttyLayouts(v progressView) [][]string {
 	op := v.Op
 	pct := fmt.Sprintf("%5.1f%%", percent(op))
 	counts := fmt.Sprintf("%s/%s", humanCount(op.BucketsDone), humanCount(op.BucketsTotal))
-	docs := humanCount(op.DocumentsMoved) + " docs"
+	docs := docCount(op.DocumentsMoved)
 	size := humanBytes(op.BytesMoved)
 	rates := v.rates()
 	short := fmt.Sprintf("%s/s %s", formatRate(v.BucketRate), formatByteRate(v.ByteRate))
@@ -528,4 +528,13 @@ func plural(n int, one, many string) string {
 		return one
 	}
 	return many
+}
+
+// docCount is n documents as the progress line says it: "1 doc", "0
+// docs", "12.3k docs".
+func docCount(n int64) string {
+	if n == 1 {
+		return "1 doc"
+	}
+	return humanCount(n) + " docs"
 }
