@@ -270,10 +270,7 @@ func writeError(w http.ResponseWriter, err error) {
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
-	if enc.Encode(errorBody{Error: ae.Msg, Type: ae.Type}) != nil {
-		writeJSON(w, ae.Status, errorBody{Error: ae.Msg, Type: ae.Type})
-		return
-	}
+	_ = enc.Encode(errorBody{Error: ae.Msg, Type: ae.Type}) // two strings: it cannot fail
 	writeRaw(w, ae.Status, bytes.TrimSuffix(b.Bytes(), []byte("\n")))
 }
 

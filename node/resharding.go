@@ -665,6 +665,12 @@ func (n *Node) handleListResharding(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"Operations": out, "BucketMigrations": migs})
 }
 
+// errNoOperation is the 404 for a resharding operation id that db's
+// record does not hold, in the same words for every endpoint.
+func errNoOperation(db, id string) error {
+	return notFound("OperationNotFound", "no resharding operation %q in %q", id, db)
+}
+
 func (n *Node) handleGetResharding(w http.ResponseWriter, r *http.Request) {
 	t, err := n.resolve(r.PathValue("db"))
 	if err != nil {
@@ -673,7 +679,7 @@ func (n *Node) handleGetResharding(w http.ResponseWriter, r *http.Request) {
 	}
 	op, ok := t.rec.Sharding.Resharding[r.PathValue("id")]
 	if !ok {
-		writeError(w, notFound("OperationNotFound", "no resharding operation %q in %q", r.PathValue("id"), t.rec.DatabaseName))
+		writeError(w, errNoOperation(t.rec.DatabaseName, r.PathValue("id")))
 		return
 	}
 	writeJSON(w, http.StatusOK, n.viewOperation(r.Context(), t.rec, op))
@@ -693,7 +699,7 @@ func (n *Node) handleCancelResharding(w http.ResponseWriter, r *http.Request) {
 	}
 	id := r.PathValue("id")
 	if t.rec.Sharding.Resharding[id] == nil {
-		writeError(w, notFound("OperationNotFound", "no resharding operation %q in %q", id, t.rec.DatabaseName))
+		writeError(w, errNoOperation(t.rec.DatabaseName, id))
 		return
 	}
 	if err := n.propose(r.Context(), &raftfsm.CancelResharding{Meta: raftfsm.Meta{At: time.Now().UTC(), RequestID: r.Header.Get("Request-Id")}, Database: t.rec.DatabaseName, OperationID: id}); err != nil {
@@ -706,7 +712,7 @@ func (n *Node) handleCancelResharding(w http.ResponseWriter, r *http.Request) {
 		op = rec.Sharding.Resharding[id]
 	}
 	if op == nil {
-		writeError(w, notFound("OperationNotFound", "no resharding operation %q in %q", id, t.rec.DatabaseName))
+		writeError(w, errNoOperation(t.rec.DatabaseName, id))
 		return
 	}
 	n.logger.Info("resharding cancelled", "db", rec.DatabaseName, "operation", id, "done", op.BucketsDone, "total", op.BucketsTotal)

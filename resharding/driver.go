@@ -289,8 +289,8 @@ func (d *Driver) refill(ctx context.Context, db string, rec *raftfsm.DatabaseRec
 		if err != nil {
 			// A replica that gave no lease may take writes into the
 			// chunk until it applies the flip: not flipped now. The
-			// next refill asks again, once the buckets with data
-			// queued meanwhile have moved, or at the step's retry.
+			// step's retry asks again, or, with buckets with data
+			// queued, the refill reflipEvery later (see Driver.reflip).
 			d.c.ReleaseEmptySpans(context.WithoutCancel(ctx), db, src, chunk)
 			leaseErrs = append(leaseErrs, err)
 			continue
