@@ -988,7 +988,7 @@ func (n *Node) registerShardRPC() {
 		if err != nil {
 			return nil, err
 		}
-		return replication.ProgressReply{Etag: l.s.ReplicationProgress(req.Source), DatabaseID: l.s.DatabaseID(), BatchFormat: replication.FormatBinaryV2}, nil
+		return replication.ProgressReply{Etag: l.s.ReplicationProgress(req.Source), DatabaseID: l.s.DatabaseID(), BatchFormat: replication.FormatBinaryV3}, nil
 	}
 	n.rpcHandlers["repl.batch"] = func(ctx context.Context, data []byte) (any, error) {
 		b, err := replication.DecodeBatch(data)

@@ -17,6 +17,12 @@ type Item struct {
 	LastModified time.Time       `json:"LastModified"`
 	Flags        storage.Flags   `json:"Flags,omitempty"`
 	Body         json.RawMessage `json:"Body,omitempty"`
+	// Stub marks an item sent by its version alone, without its body: one
+	// that came to the sender by a bucket migration, which sent it to the
+	// receiver too. A receiver that does not hold it at that version (or
+	// a newer one) soon answers Missing, and the sender sends it whole.
+	// Only binary format 3 carries it.
+	Stub bool `json:"-"`
 }
 
 // Batch is a run of one replica's feed sent to another replica of the same
@@ -68,6 +74,11 @@ type ProgressReply struct {
 	// must not count such a receiver as holding it. Empty from older
 	// nodes.
 	Lost []LostItem `json:"Lost,omitempty"`
+	// Missing, in answers to a batch, says that some of its stubs
+	// (Item.Stub) named items this replica did not hold at their version
+	// or a newer one within StubWait: it applied nothing, and the sender
+	// sends the items whole.
+	Missing bool `json:"Missing,omitempty"`
 
 	// superseded are the receiver's own versions that lost a conflict to
 	// the batch's items (a storage.Result Conflict not Lost), for its
@@ -84,8 +95,16 @@ type LostItem struct {
 	Winner string `json:"Winner"`
 }
 
+// StubWait bounds how long a replica waits for its own commits to bring
+// the items a batch's stubs name before it answers Missing. The migration
+// sends each batch to every replica of the destination at once, so a
+// sibling's stubs of it usually arrive while this replica is storing the
+// same batch.
+const StubWait = 200 * time.Millisecond
+
 // Apply applies a batch to the receiving replica and returns the source
-// etag it now holds. Items and progress commit together.
+// etag it now holds. Items and progress commit together. Stubs are skipped
+// once the replica holds what they name (see waitForStubs).
 func Apply(ctx context.Context, s *storage.Store, b *Batch) (ProgressReply, error) {
 	have := s.ReplicationProgress(b.Source)
 	if b.LastEtag <= have {
@@ -94,10 +113,22 @@ func Apply(ctx context.Context, s *storage.Store, b *Batch) (ProgressReply, erro
 	if b.After > have {
 		return ProgressReply{Etag: have}, nil // items before After are missing here: resend from have
 	}
+	held, err := waitForStubs(ctx, s, b.Items)
+	if err != nil {
+		return ProgressReply{Etag: have}, fmt.Errorf("apply batch from %s (%s) up to etag %d: %w", b.SourceTag, b.Source, b.LastEtag, err)
+	}
+	if !held {
+		return ProgressReply{Etag: have, Missing: true}, nil
+	}
 	ops := make([]storage.Op, 0, len(b.Items)+1)
-	for _, it := range b.Items {
+	index := make([]int, 0, len(b.Items)) // the batch item of each op
+	for i, it := range b.Items {
+		if it.Stub {
+			continue
+		}
 		ops = append(ops, storage.Op{Kind: storage.OpReplicate, ID: it.ID, Collection: it.Collection, Body: it.Body,
 			ChangeVector: it.ChangeVector, LastModified: it.LastModified, Flags: it.Flags, Source: b.Source})
+		index = append(index, i)
 	}
 	ops = append(ops, storage.Op{Kind: storage.OpSetProgress, Source: b.Source, Etag: b.LastEtag})
 	res, err := s.Write(ctx, ops)
@@ -105,11 +136,11 @@ func Apply(ctx context.Context, s *storage.Store, b *Batch) (ProgressReply, erro
 		return ProgressReply{Etag: have}, fmt.Errorf("apply batch from %s (%s) up to etag %d: %w", b.SourceTag, b.Source, b.LastEtag, err)
 	}
 	reply := ProgressReply{Etag: b.LastEtag}
-	for i := range b.Items {
-		if i >= len(res) {
+	for j, i := range index {
+		if j >= len(res) {
 			break
 		}
-		switch r := res[i]; {
+		switch r := res[j]; {
 		case r.Lost:
 			reply.Lost = append(reply.Lost, LostItem{Index: i, Winner: r.WinnerVersion})
 		case r.Conflict:
@@ -119,4 +150,46 @@ func Apply(ctx context.Context, s *storage.Store, b *Batch) (ProgressReply, erro
 		}
 	}
 	return reply, nil
+}
+
+// waitForStubs reports whether the replica holds every item that a stub
+// among items names, waiting up to StubWait for its own commits (a
+// migration batch on its way here) to bring those it does not hold yet.
+// What a replica holds only ever gets newer, so a stub found held stays
+// held until the batch's other items commit.
+func waitForStubs(ctx context.Context, s *storage.Store, items []Item) (bool, error) {
+	var pending []Item
+	for _, it := range items {
+		if it.Stub {
+			pending = append(pending, it)
+		}
+	}
+	if len(pending) == 0 {
+		return true, nil
+	}
+	timer := time.NewTimer(StubWait)
+	defer timer.Stop()
+	for {
+		changed := s.Changed() // before reading: no commit slips between
+		left := pending[:0]
+		for _, it := range pending {
+			ok, err := s.Holds(it.ID, it.ChangeVector)
+			if err != nil {
+				return false, err
+			}
+			if !ok {
+				left = append(left, it)
+			}
+		}
+		if pending = left; len(pending) == 0 {
+			return true, nil
+		}
+		select {
+		case <-changed:
+		case <-timer.C:
+			return false, nil
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/shardnode/shardnode/storage"
@@ -23,9 +24,16 @@ const (
 	FormatBinaryV1 = 0x01
 	// FormatBinaryV2 is version 1 with the batch's After after LastEtag.
 	FormatBinaryV2 = 0x02
+	// FormatBinaryV3 is version 2 whose items may be stubs (Item.Stub): an
+	// item's flags byte then carries itemStub, and its body is empty.
+	FormatBinaryV3 = 0x03
 	// formatJSON is the first byte of a JSON-encoded batch.
 	formatJSON = '{'
 )
+
+// itemStub marks a stub in an item's flags byte on the wire (format 3
+// only); storage.Flags never uses this bit.
+const itemStub = 0x80
 
 // ErrMalformed reports a binary batch that cannot be decoded: truncated,
 // with a length beyond its end, a value out of range, or trailing bytes.
@@ -72,7 +80,11 @@ func (e *Encoder) Items(items []Item) {
 		e.String(it.ChangeVector)
 		e.Varint(it.LastModified.Unix())
 		e.Uvarint(uint64(it.LastModified.Nanosecond()))
-		e.Buf = append(e.Buf, byte(it.Flags))
+		flags := byte(it.Flags)
+		if it.Stub {
+			flags |= itemStub
+		}
+		e.Buf = append(e.Buf, flags)
 		e.Bytes(it.Body)
 	}
 }
@@ -189,8 +201,13 @@ func (d *Decoder) Bytes(what string) []byte {
 // String reads a length-prefixed string.
 func (d *Decoder) String(what string) string { return string(d.Bytes(what)) }
 
-// Items reads what Encoder.Items wrote. Bodies alias the input.
-func (d *Decoder) Items() []Item {
+// Items reads what Encoder.Items wrote, with no stub among them. Bodies
+// alias the input.
+func (d *Decoder) Items() []Item { return d.items(false) }
+
+// items reads items, stubs among them where stubs is set (a format 3
+// replication batch); elsewhere a stub is malformed.
+func (d *Decoder) items(stubs bool) []Item {
 	n := d.Uvarint("item count")
 	if d.err != nil {
 		return nil
@@ -211,8 +228,18 @@ func (d *Decoder) Items() []Item {
 			d.fail("item last-modified")
 		}
 		it.LastModified = time.Unix(sec, int64(nsec)).UTC()
-		it.Flags = storage.Flags(d.Byte("item flags"))
+		flags := d.Byte("item flags")
+		if flags&itemStub != 0 {
+			if !stubs {
+				d.fail("item flags")
+			}
+			it.Stub, flags = true, flags&^itemStub
+		}
+		it.Flags = storage.Flags(flags)
 		it.Body = d.Bytes("item body")
+		if it.Stub && len(it.Body) > 0 {
+			d.fail("stub body")
+		}
 		if d.err != nil {
 			return nil
 		}
@@ -229,11 +256,16 @@ func (d *Decoder) Finish() error {
 	return d.err
 }
 
-// MarshalBinary encodes the batch in the binary format (FormatBinaryV1).
+// MarshalBinary encodes the batch in the binary format: version 1, what
+// every receiver decodes, unless the batch has an After (version 2) or
+// stubs (version 3).
 func (b *Batch) MarshalBinary() ([]byte, error) {
 	e := Encoder{Buf: make([]byte, 0, 64+len(b.DB)+len(b.Source)+len(b.SourceTag)+ItemsSize(b.Items))}
-	format := byte(FormatBinaryV1) // what every receiver decodes
-	if b.After != 0 {
+	format := byte(FormatBinaryV1)
+	switch {
+	case slices.ContainsFunc(b.Items, func(it Item) bool { return it.Stub }):
+		format = FormatBinaryV3
+	case b.After != 0:
 		format = FormatBinaryV2
 	}
 	e.Buf = append(e.Buf, format)
@@ -242,7 +274,7 @@ func (b *Batch) MarshalBinary() ([]byte, error) {
 	e.String(b.Source)
 	e.String(b.SourceTag)
 	e.Uvarint(b.LastEtag)
-	if format == FormatBinaryV2 {
+	if format >= FormatBinaryV2 {
 		e.Uvarint(b.After)
 	}
 	e.Items(b.Items)
@@ -259,7 +291,7 @@ func DecodeBatch(data []byte) (*Batch, error) {
 		}
 		return &b, nil
 	}
-	if len(data) == 0 || (data[0] != FormatBinaryV1 && data[0] != FormatBinaryV2) {
+	if len(data) == 0 || data[0] < FormatBinaryV1 || data[0] > FormatBinaryV3 {
 		return nil, fmt.Errorf("replication batch: unknown format: %w", ErrMalformed)
 	}
 	d := NewDecoder(data[1:])
@@ -268,10 +300,10 @@ func DecodeBatch(data []byte) (*Batch, error) {
 	b.Source = d.String("source")
 	b.SourceTag = d.String("source tag")
 	b.LastEtag = d.Uvarint("last etag")
-	if data[0] == FormatBinaryV2 {
+	if data[0] >= FormatBinaryV2 {
 		b.After = d.Uvarint("after")
 	}
-	b.Items = d.Items()
+	b.Items = d.items(data[0] == FormatBinaryV3)
 	if err := d.Finish(); err != nil {
 		return nil, fmt.Errorf("replication batch: %w", err)
 	}

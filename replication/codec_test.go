@@ -20,7 +20,8 @@ func genItems(t *rapid.T) []Item {
 		nsec := rapid.Int64Range(0, 999_999_999).Draw(t, "nsec")
 		zone := time.FixedZone("z", rapid.IntRange(-12*3600, 14*3600).Draw(t, "offset"))
 		var body []byte
-		if rapid.Bool().Draw(t, "hasBody") {
+		stub := rapid.Bool().Draw(t, "stub")
+		if !stub && rapid.Bool().Draw(t, "hasBody") {
 			body = rapid.SliceOf(rapid.Byte()).Draw(t, "body")
 		}
 		return Item{
@@ -28,8 +29,9 @@ func genItems(t *rapid.T) []Item {
 			Collection:   rapid.String().Draw(t, "collection"),
 			ChangeVector: rapid.String().Draw(t, "cv"),
 			LastModified: time.Unix(sec, nsec).In(zone),
-			Flags:        storage.Flags(rapid.Byte().Draw(t, "flags")),
+			Flags:        storage.Flags(rapid.Byte().Draw(t, "flags") &^ itemStub),
 			Body:         body,
+			Stub:         stub,
 		}
 	}), 0, 20).Draw(t, "items")
 }
@@ -43,7 +45,7 @@ func itemsEqual(a, b []Item) bool {
 	}
 	for i := range a {
 		x, y := a[i], b[i]
-		if x.ID != y.ID || x.Collection != y.Collection || x.ChangeVector != y.ChangeVector || x.Flags != y.Flags ||
+		if x.ID != y.ID || x.Collection != y.Collection || x.ChangeVector != y.ChangeVector || x.Flags != y.Flags || x.Stub != y.Stub ||
 			!x.LastModified.Equal(y.LastModified) || !bytes.Equal(x.Body, y.Body) || (len(y.Body) == 0) != (y.Body == nil) {
 			return false
 		}
@@ -118,11 +120,48 @@ func TestDecodeBatchRejectsMalformed(t *testing.T) {
 		"trailing bytes": append(append([]byte(nil), good...), 0),
 		"huge count":     {FormatBinaryV1, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x0f},
 		"huge length":    {FormatBinaryV1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f},
+		"stub in v2":     stubBatch(t, FormatBinaryV2, nil),
+		"stub with body": stubBatch(t, FormatBinaryV3, []byte("{}")),
 	} {
 		if _, err := DecodeBatch(data); !errors.Is(err, ErrMalformed) {
 			t.Errorf("%s: err %v, want ErrMalformed", name, err)
 		}
 	}
+}
+
+// stubBatch is a batch of one stub item in the given format, with body.
+func stubBatch(t *testing.T, format byte, body []byte) []byte {
+	t.Helper()
+	e := Encoder{Buf: []byte{format}}
+	e.String("db")
+	e.Varint(0)
+	e.String("src")
+	e.String("A")
+	e.Uvarint(9)
+	e.Uvarint(8)
+	e.Uvarint(1)
+	e.String("k1")
+	e.String("")
+	e.String("A:1-x")
+	e.Varint(5)
+	e.Uvarint(6)
+	e.Buf = append(e.Buf, itemStub)
+	e.Bytes(body)
+	if _, err := DecodeBatch(stubBatch3(t)); err != nil {
+		t.Fatalf("the same stub in format 3 without a body: %v", err)
+	}
+	return e.Buf
+}
+
+// stubBatch3 is stubBatch's well-formed twin: format 3, no body.
+func stubBatch3(t *testing.T) []byte {
+	t.Helper()
+	b := &Batch{DB: "db", Source: "src", SourceTag: "A", LastEtag: 9, After: 8, Items: []Item{{ID: "k1", ChangeVector: "A:1-x", LastModified: time.Unix(5, 6), Stub: true}}}
+	data, err := b.MarshalBinary()
+	if err != nil || data[0] != FormatBinaryV3 {
+		t.Fatalf("stub batch encodes as format %d, %v", data[0], err)
+	}
+	return data
 }
 
 // FuzzDecodeBatch: any input decodes or is an error, never a panic; what

@@ -375,6 +375,7 @@ func (r *Replicator) run(ctx context.Context, s *sender) {
 	var progress uint64
 	var peerDB string  // the peer replica's database id, once known
 	var peerFormat int // the newest batch format the peer decodes
+	var stubs stubbing
 	for ctx.Err() == nil {
 		if paused, ch := r.isPaused(); paused {
 			select {
@@ -394,13 +395,14 @@ func (r *Replicator) run(ctx context.Context, s *sender) {
 			r.ack(s, progress)
 		}
 		changed := r.store.Changed() // before reading: no commit slips between
-		b, err := r.nextBatch(progress, peerDB, peerFormat)
+		b, err := r.nextBatch(progress, peerDB, peerFormat >= FormatBinaryV2, peerFormat >= FormatBinaryV3 && stubs.allowed())
 		if err != nil {
 			r.fail(s, err)
 			backoff.wait(ctx)
 			continue
 		}
 		if b == nil {
+			stubs.caughtUp()
 			select {
 			case <-changed:
 			case <-ctx.Done():
@@ -416,22 +418,60 @@ func (r *Replicator) run(ctx context.Context, s *sender) {
 		}
 		backoff.reset()
 		progress = p.Etag // lower than sent when the peer lacks what came before: resend from there
+		stubs.sent(p.Missing)
 		r.ackBatch(s, p, b)
 	}
 }
+
+// stubbing decides when a sender sends stubs (Item.Stub) to its peer. A
+// peer that answered Missing was not sent what the stubs name (it was down
+// during a migration, or is catching up from empty), so the next batches
+// go whole: 8 after a first Missing, twice as many after each further one
+// in a row (at most 1,024), and stubs are tried again then, or once the
+// sender has caught up with its feed.
+type stubbing struct {
+	wholeLeft int // batches still to send whole
+	misses    int // Missing answers in a row
+}
+
+func (st *stubbing) allowed() bool { return st.wholeLeft == 0 }
+
+func (st *stubbing) sent(missing bool) {
+	switch {
+	case missing:
+		st.wholeLeft = min(8<<st.misses, 1024)
+		st.misses = min(st.misses+1, 7)
+	case st.wholeLeft > 0:
+		st.wholeLeft--
+	default:
+		st.misses = 0
+	}
+}
+
+func (st *stubbing) caughtUp() { *st = stubbing{} }
 
 // nextBatch reads the feed after progress; nil when there is nothing new.
 // Items that came from peerDB as they are stored here are not sent back:
 // that replica holds them (durably: it only ever sends what it synced),
 // and echoing them costs it a read per item to find them already held.
-// The batch's LastEtag still moves past them.
-func (r *Replicator) nextBatch(progress uint64, peerDB string, peerFormat int) (*Batch, error) {
-	docs, err := r.store.Changes(progress, maxBatchItems)
+// The batch's LastEtag still moves past them. With after set, the batch
+// says what it follows (Batch.After: the peer takes format 2). With stubs
+// set (the peer takes format 3), large items that came here by a bucket
+// migration go as stubs: their bodies stay unread, as the migration sent
+// them to every replica of the destination.
+func (r *Replicator) nextBatch(progress uint64, peerDB string, after, stubs bool) (*Batch, error) {
+	var docs []*storage.Document
+	var err error
+	if stubs {
+		docs, err = r.store.ChangesLeavingBodies(progress, maxBatchItems, func(d *storage.Document) bool { return d.Flags&storage.FlagFromResharding != 0 })
+	} else {
+		docs, err = r.store.Changes(progress, maxBatchItems)
+	}
 	if err != nil || len(docs) == 0 {
 		return nil, err
 	}
 	b := &Batch{DB: r.db, Shard: r.shard, Source: r.store.DatabaseID(), SourceTag: r.store.NodeTag()}
-	if peerFormat >= FormatBinaryV2 {
+	if after {
 		b.After = progress // a receiver of an earlier version would refuse format 2
 	}
 	limit := maxBatchBytes
@@ -449,7 +489,8 @@ func (r *Replicator) nextBatch(progress uint64, peerDB string, peerFormat int) (
 			break
 		}
 		b.LastEtag = d.Etag
-		b.Items = append(b.Items, Item{ID: d.ID, Collection: d.Collection, ChangeVector: d.ChangeVector, LastModified: d.LastModified, Flags: d.Flags, Body: d.Body})
+		b.Items = append(b.Items, Item{ID: d.ID, Collection: d.Collection, ChangeVector: d.ChangeVector, LastModified: d.LastModified, Flags: d.Flags, Body: d.Body,
+			Stub: d.BodyUnread()})
 		size += n
 	}
 	return b, nil

@@ -20,14 +20,20 @@ type memTransport struct {
 	stores map[string]*storage.Store
 	down   map[string]bool
 	old    bool // peers answer as nodes that know only batch format 1
+	v3     bool // peers take batch format 3 (stubs)
 	sent   []*Batch
+	// beforeApply, when set, runs before a peer applies a batch.
+	beforeApply func(peer string, b *Batch)
 	// reps, when set, apply batches to their replicas (Replicator.Apply)
 	reps map[string]*Replicator
 }
 
 func (m *memTransport) format() int {
-	if m.old {
+	switch {
+	case m.old:
 		return 0
+	case m.v3:
+		return FormatBinaryV3
 	}
 	return FormatBinaryV2
 }
@@ -58,8 +64,11 @@ func (m *memTransport) Send(ctx context.Context, peer string, b *Batch) (*Progre
 	m.sent = append(m.sent, b)
 	m.mu.Unlock()
 	m.mu.Lock()
-	rep := m.reps[peer]
+	rep, before := m.reps[peer], m.beforeApply
 	m.mu.Unlock()
+	if before != nil {
+		before(peer, b)
+	}
 	if rep != nil {
 		r, err := rep.Apply(ctx, b)
 		return &r, err

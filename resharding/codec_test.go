@@ -24,7 +24,7 @@ func genBatch(t *rapid.T) *Batch {
 			Collection:   rapid.String().Draw(t, "collection"),
 			ChangeVector: rapid.String().Draw(t, "cv"),
 			LastModified: time.Unix(rapid.Int64Range(-1<<40, 1<<40).Draw(t, "sec"), rapid.Int64Range(0, 999_999_999).Draw(t, "nsec")),
-			Flags:        storage.Flags(rapid.Byte().Draw(t, "flags")),
+			Flags:        storage.Flags(rapid.Byte().Draw(t, "flags") & 0x7f), // the top bit marks a replication stub
 			Body:         body,
 		}
 	}), 0, 20).Draw(t, "items")

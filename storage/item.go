@@ -66,6 +66,10 @@ func (d *Document) forCache() *Document {
 	return &cp
 }
 
+// BodyUnread reports an item read without its body (see
+// Store.ChangesLeavingBodies): a live document whose Body is nil here.
+func (d *Document) BodyUnread() bool { return d.bodyElsewhere }
+
 // Deleted reports whether the item is a tombstone.
 func (d *Document) Deleted() bool { return d.Flags&FlagDeleted != 0 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/shardnode/shardnode/bucket"
+	"github.com/shardnode/shardnode/changevector"
 )
 
 // Get returns the live document with id, or ErrNotFound (also for a
@@ -58,6 +59,21 @@ func (s *Store) GetItem(id string) (*Document, error) {
 // lost in a crash would let its etag be reused for another write, which a
 // consumer that recorded the first would skip.
 func (s *Store) Changes(after uint64, limit int) ([]*Document, error) {
+	return s.changes(after, limit, nil)
+}
+
+// ChangesLeavingBodies is Changes, but an item whose body is kept apart
+// under its doc key (a large document) and for which leave reports true
+// comes without its body (BodyUnread): reading it would be a second lookup
+// and, once flushed, a blob file read. A replicator leaves the bodies of
+// items that came by a bucket migration, which the peer replicas of the
+// destination were sent too, and sends their versions only (see
+// replication.Item.Stub).
+func (s *Store) ChangesLeavingBodies(after uint64, limit int, leave func(*Document) bool) ([]*Document, error) {
+	return s.changes(after, limit, leave)
+}
+
+func (s *Store) changes(after uint64, limit int, leave func(*Document) bool) ([]*Document, error) {
 	if !s.reads.enter() {
 		return nil, ErrClosed
 	}
@@ -86,7 +102,12 @@ func (s *Store) Changes(after uint64, limit int) ([]*Document, error) {
 		}
 		b := binary.BigEndian.Uint32(ref)
 		key := append([]byte{prefixItem}, ref...)
-		d, err := s.getFrom(snap, key, b)
+		var d *Document
+		if leave == nil {
+			d, err = s.getFrom(snap, key, b)
+		} else {
+			d, err = s.getLeavingBody(snap, key, b, leave)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("changes after %d: item %q: %w", after, ref[4:], err)
 		}
@@ -94,6 +115,41 @@ func (s *Store) Changes(after uint64, limit int) ([]*Document, error) {
 		out = append(out, d)
 	}
 	return out, it.Error()
+}
+
+// Holds reports whether the replica holds the item id at the version of
+// changeVector or at a newer one: an OpReplicate of it would change
+// nothing. A local artificial tombstone (a purge's) holds nothing. It reads
+// what is committed, which only ever moves to newer versions.
+func (s *Store) Holds(id, changeVector string) (bool, error) {
+	in, err := changevector.Parse(changeVector)
+	if err != nil {
+		return false, fmt.Errorf("holds %q: %w", id, err)
+	}
+	if !s.reads.enter() {
+		return false, ErrClosed
+	}
+	defer s.reads.leave()
+	b := bucket.ForID(id)
+	d, err := getMeta(s.db, itemKey(b, id), b)
+	if errors.Is(err, ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("holds %q: %w", id, err)
+	}
+	if d.artificial() {
+		return false, nil
+	}
+	local, err := changevector.Parse(d.ChangeVector)
+	if err != nil {
+		return false, fmt.Errorf("stored change vector of %q: %w", id, err)
+	}
+	switch changevector.Compare(in.Version, local.Version) {
+	case changevector.Equal, changevector.Older:
+		return true, nil
+	}
+	return false, nil
 }
 
 // BucketStats returns the statistics of one bucket (zero if it never held

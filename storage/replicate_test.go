@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/shardnode/shardnode/changevector"
 )
 
 // ship applies every change of from (after etag 0) to to, as replication
@@ -233,4 +235,91 @@ func TestReplicationProgressSurvivesReopen(t *testing.T) {
 	}
 	defer s.Close()
 	check(s, "reopened")
+}
+
+// TestHoldsMatchesWhatReplicationWouldSkip: Holds is true exactly where an
+// OpReplicate of the same version would be skipped: the version held or an
+// older one; not for a newer or concurrent one, a missing item, or a
+// purge's artificial tombstone. ChangesLeavingBodies leaves the bodies of
+// large items it is asked to and reads the rest whole.
+func TestHoldsMatchesWhatReplicationWouldSkip(t *testing.T) {
+	ctx := context.Background()
+	a := openTest(t, t.TempDir())
+	b, err := Open(Options{Dir: t.TempDir(), NodeTag: "B"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	big := `{"pad":"` + strings.Repeat("x", bodyKeyMin) + `"}`
+	r1, err := a.Write(ctx, []Op{put("h/1", big), put("h/2", `{"v":1}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ship(t, a, b)
+	r2, err := a.Write(ctx, []Op{put("h/1", big+" ")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb, err := b.Write(ctx, []Op{put("h/2", `{"v":"b"}`)}) // concurrent with a's h/2 once a writes it again
+	if err != nil {
+		t.Fatal(err)
+	}
+	r3, err := a.Write(ctx, []Op{put("h/2", `{"v":"a"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		id, cv string
+		want   bool
+	}{
+		{"h/1", r1[0].ChangeVector, true},  // held
+		{"h/1", r2[0].ChangeVector, false}, // newer
+		{"h/2", r1[1].ChangeVector, true},  // older than b's own write
+		{"h/2", rb[0].ChangeVector, true},  // b's own
+		{"h/2", r3[0].ChangeVector, false}, // concurrent
+		{"h/3", r1[0].ChangeVector, false}, // missing
+	} {
+		if got, err := b.Holds(c.id, c.cv); err != nil || got != c.want {
+			t.Errorf("Holds(%s, %s) = %v, %v; want %v", c.id, c.cv, got, err, c.want)
+		}
+	}
+	if _, err := b.Holds("h/1", "not a change vector"); err == nil {
+		t.Error("Holds accepted a malformed change vector")
+	}
+	// The same decisions as replication's: what Holds denies applies.
+	for _, r := range ship(t, a, b) {
+		if r.Kind == OpReplicate && r.Skipped {
+			t.Errorf("%s skipped, though Holds said it was not held", r.ID)
+		}
+	}
+	// A purge's artificial tombstone holds nothing.
+	d, err := b.GetItem("h/1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := changevector.Parse(d.ChangeVector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Write(ctx, []Op{{Kind: OpPurge, ID: "h/1", CoveredBy: all.Version}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := b.Holds("h/1", d.ChangeVector); err != nil || got {
+		t.Errorf("Holds over an artificial tombstone = %v, %v; want false", got, err)
+	}
+	// Leaving bodies: h/1's (large) is left, h/2's (small, inline) is not.
+	items, err := a.ChangesLeavingBodies(0, 100, func(*Document) bool { return true })
+	if err != nil || len(items) != 2 {
+		t.Fatalf("changes: %d items, %v", len(items), err)
+	}
+	for _, it := range items {
+		large := it.ID == "h/1"
+		if it.BodyUnread() != large || (it.Body == nil) != large {
+			t.Errorf("%s: body unread %v, body %q", it.ID, it.BodyUnread(), it.Body)
+		}
+	}
+	items, err = a.ChangesLeavingBodies(0, 100, func(*Document) bool { return false })
+	if err != nil || len(items) != 2 || items[0].BodyUnread() || items[1].BodyUnread() || string(items[0].Body) != big+" " && string(items[1].Body) != big+" " {
+		t.Fatalf("changes reading every body: %+v, %v", items, err)
+	}
 }

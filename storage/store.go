@@ -593,6 +593,26 @@ func (s *Store) getFrom(r pebble.Reader, key []byte, bucket uint32) (*Document, 
 	}
 }
 
+// getLeavingBody reads the item under key from r by its metadata first,
+// and its body from the doc key only when the body is kept apart and leave
+// does not report the item: such an item comes with BodyUnread. r is a
+// snapshot, so the two reads see one version.
+func (s *Store) getLeavingBody(r pebble.Reader, key []byte, bucket uint32, leave func(*Document) bool) (*Document, error) {
+	d, err := getMeta(r, key, bucket)
+	if err != nil || !d.bodyElsewhere || leave(d) {
+		return d, err
+	}
+	v, closer, err := r.Get(docKey(key))
+	if err != nil {
+		return nil, fmt.Errorf("item %q: split, and its doc key unreadable: %w", key[5:], err)
+	}
+	defer closer.Close()
+	if err := d.setBody(v); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
 // getWhole returns the split item kept whole under doc key dkey, or
 // ErrNotFound.
 func getWhole(r pebble.Reader, dkey []byte, bucket uint32) (*Document, error) {
