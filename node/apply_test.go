@@ -324,6 +324,36 @@ func TestDataDirectoryKeepsItsNodeTag(t *testing.T) {
 	testNode(t, dir) // as A again
 }
 
+// TestFailedStartLeavesTheDirectoryUnclaimed: a start that fails before
+// raft has state (here its HTTP port is taken) does not tie a fresh data
+// directory to its tag: the corrected start, under another tag, runs.
+func TestFailedStartLeavesTheDirectoryUnclaimed(t *testing.T) {
+	dir := t.TempDir()
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	cfg := config.Default()
+	cfg.Node.DataDir, cfg.Node.Tag = dir, "A"
+	cfg.HTTP.Addr, cfg.Raft.Addr, cfg.NATS.Listen = taken.Addr().String(), "127.0.0.1:0", "127.0.0.1:0"
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := Start(ctx, &cfg, nil); err == nil || !strings.Contains(err.Error(), "http.addr") {
+		t.Fatalf("start on a taken port: %v", err)
+	}
+	cfg.Node.Tag, cfg.HTTP.Addr = "C", "127.0.0.1:0"
+	n, err := Start(ctx, &cfg, nil)
+	if err != nil {
+		t.Fatalf("start as C after the failed start as A: %v", err)
+	}
+	n.Close()
+	cfg.Node.Tag = "A" // now the directory is C's
+	if _, err := Start(ctx, &cfg, nil); err == nil || !strings.Contains(err.Error(), `"C"`) {
+		t.Fatalf("start as A on C's data directory: %v", err)
+	}
+}
+
 // TestGzipRequestBodies: bodies sent gzip-compressed, as RavenDB's clients
 // send them, are read as if sent plain.
 func TestGzipRequestBodies(t *testing.T) {

@@ -46,21 +46,34 @@ const nodeTagFile = "NODE_TAG"
 // checkNodeTag makes sure a data directory is only ever opened as the node
 // it was created for: its raft state names the node by tag, and a node
 // started on it under another tag never becomes ready (raft does not list
-// it). A directory from before the file existed is claimed by tag.
+// it). A directory without the file is claimed later, by claimNodeTag,
+// once raft's state is there: a start that fails before (an address that
+// does not resolve, a port in use) leaves the directory free for the start
+// that follows, under any tag.
 func checkNodeTag(dir, tag string) error {
-	path := filepath.Join(dir, nodeTagFile)
-	b, err := os.ReadFile(path)
+	b, err := os.ReadFile(filepath.Join(dir, nodeTagFile))
 	switch {
 	case errors.Is(err, os.ErrNotExist):
-		if err := writeFileSync(path, []byte(tag+"\n")); err != nil {
-			return fmt.Errorf("node.data-dir %s: record the node tag: %w", dir, err)
-		}
 		return nil
 	case err != nil:
 		return fmt.Errorf("node.data-dir %s: read the node tag: %w", dir, err)
 	}
 	if have := strings.TrimSpace(string(b)); have != tag {
 		return fmt.Errorf("node.tag %q does not match node.data-dir %s, which belongs to node %q: start it with --tag %s, or give node %s an empty data directory", tag, dir, have, have, tag)
+	}
+	return nil
+}
+
+// claimNodeTag records tag as the owner of the data directory, if no node
+// has claimed it yet (checkNodeTag passed). A directory from before the
+// file existed is claimed by the tag it is started with.
+func claimNodeTag(dir, tag string) error {
+	path := filepath.Join(dir, nodeTagFile)
+	if _, err := os.Stat(path); err == nil {
+		return nil
+	}
+	if err := writeFileSync(path, []byte(tag+"\n")); err != nil {
+		return fmt.Errorf("node.data-dir %s: record the node tag: %w", dir, err)
 	}
 	return nil
 }

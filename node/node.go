@@ -219,6 +219,9 @@ func Start(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Nod
 	if n.raft, err = startRaft(cfg.RaftDir(), cfg.Node.Tag, cfg.Raft.Addr, bootstrap, cfg.Raft.Join != "", n.dialer, n.fsm, logger); err != nil {
 		return nil, err
 	}
+	if err := claimNodeTag(cfg.Node.DataDir, cfg.Node.Tag); err != nil {
+		return nil, err
+	}
 	n.driver = resharding.NewDriver(reshardCluster{n}, n.databaseNames, logger)
 	n.metrics = newMetrics(n)
 	n.wg.Add(6)
