@@ -265,22 +265,29 @@ type errorBody struct {
 
 func writeError(w http.ResponseWriter, err error) {
 	ae := toAPIError(err)
-	// Without HTML's escapes: a message reads "0 <= FromBucket", not
-	// "0 \u003c= FromBucket", to a client that prints the raw body.
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(errorBody{Error: ae.Msg, Type: ae.Type}) // two strings: it cannot fail
-	writeRaw(w, ae.Status, bytes.TrimSuffix(b.Bytes(), []byte("\n")))
+	writeJSON(w, ae.Status, errorBody{Error: ae.Msg, Type: ae.Type})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
+	b, err := marshalAnswer(v)
 	if err != nil {
 		status = http.StatusInternalServerError
-		b, _ = json.Marshal(errorBody{Error: "encode response: " + err.Error(), Type: "InternalError"})
+		b, _ = marshalAnswer(errorBody{Error: "encode response: " + err.Error(), Type: "InternalError"})
 	}
 	writeRaw(w, status, b)
+}
+
+// marshalAnswer is json.Marshal without HTML's escapes: a message reads
+// "0 <= FromBucket", not "0 \u003c= FromBucket", to a client that prints
+// the raw body. JSON allows both.
+func marshalAnswer(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
 // jsonContentType is every answer's Content-Type header value; net/http

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -428,7 +427,7 @@ func (w *streamWriter) Flush() {
 // answerError answers ctx's request with the API's error body,
 // {"Error", "Type"}, and status.
 func answerError(ctx *fasthttp.RequestCtx, status int, typ, msg string) {
-	b, _ := json.Marshal(errorBody{Error: msg, Type: typ})
+	b, _ := marshalAnswer(errorBody{Error: msg, Type: typ})
 	ctx.Response.Header.SetContentType(jsonContentType[0])
 	ctx.SetStatusCode(status)
 	ctx.SetBody(b)

@@ -197,6 +197,10 @@ func TestBulkDocsAndQueries(t *testing.T) {
 	if bad["Position"] == nil || !strings.Contains(bad["Error"].(string), "position") {
 		t.Fatalf("parse error %v", bad)
 	}
+	// The message reads as written: no HTML escapes in the raw body.
+	if raw := c.must(400, "POST", "/databases/db/queries", `{"Query":"from Users where Age >> 30"}`).Body; !bytes.Contains(raw, []byte(`found '>' at position 22`)) {
+		t.Fatalf("parse error body %s", raw)
+	}
 
 	// Per-shard views add up to the whole.
 	var sum float64
