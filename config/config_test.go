@@ -449,9 +449,19 @@ func TestValidationReportsAll(t *testing.T) {
 	}
 }
 
+// TestValidationFromEnv: a value that fails its check names where it came
+// from, as a value of the wrong type does.
 func TestValidationFromEnv(t *testing.T) {
 	_, err := LoadFrom("", env(map[string]string{"SHARDNODE_RAFT_ADDR": "nohost"}), nil)
 	wantKeyError(t, err, "raft.addr")
+	if !strings.Contains(err.Error(), "(from env SHARDNODE_RAFT_ADDR)") {
+		t.Fatalf("error %q does not name its source", err)
+	}
+	p := writeFile(t, "c.yaml", "node:\n  tag: a1\n")
+	_, err = LoadFrom(p, env(nil), nil)
+	if err == nil || !strings.Contains(err.Error(), "(from file "+p+")") {
+		t.Fatalf("error %v does not name the file", err)
+	}
 }
 
 func TestRedactsPasswords(t *testing.T) {

@@ -165,28 +165,40 @@ func LoadFrom(file string, lookupEnv func(string) (string, bool), fs *pflag.Flag
 		}
 	}
 
+	// sourceOf names where key's value came from; "" for a default.
+	sourceOf := func(key string) string {
+		switch {
+		case flagSet[key] != "":
+			return "flag --" + flagSet[key]
+		case envSet[key]:
+			return "env " + EnvName(key)
+		case fileKeys[key]:
+			return "file " + file
+		}
+		return ""
+	}
+
 	// Decode every key into the struct, checking its type.
 	for _, f := range fields {
 		raw := v.Get(f.key)
 		// Sizes and rates of bytes take KiB, MiB or GiB suffixes.
 		size := strings.HasSuffix(f.key, "-bytes") || strings.HasSuffix(f.key, "-bytes-per-sec")
 		if err := assign(f.ptr, raw, size); err != nil {
-			source := ""
-			switch {
-			case flagSet[f.key] != "":
-				source = "flag --" + flagSet[f.key]
-			case envSet[f.key]:
-				source = "env " + EnvName(f.key)
-			case fileKeys[f.key]:
-				source = "file " + file
-			}
-			errs = append(errs, &Error{Key: f.key, Value: raw, Source: source, Msg: err.Error()})
+			errs = append(errs, &Error{Key: f.key, Value: raw, Source: sourceOf(f.key), Msg: err.Error()})
 		}
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
 	if err := cfg.Validate(); err != nil {
+		// Validate knows the values, not where they came from.
+		if joined, ok := err.(interface{ Unwrap() []error }); ok {
+			for _, e := range joined.Unwrap() {
+				if ce, ok := e.(*Error); ok && ce.Source == "" {
+					ce.Source = sourceOf(ce.Key)
+				}
+			}
+		}
 		return nil, err
 	}
 	return &cfg, nil
