@@ -375,19 +375,32 @@ func decodeJSON(b []byte, v any) error {
 	if err := keysOnce(b, true); err != nil {
 		return err
 	}
+	if bytes.Equal(bytes.TrimSpace(b), []byte("null")) {
+		return badRequest("malformed JSON body: null, want an object") // encoding/json would leave v as it is
+	}
 	dec := json.NewDecoder(strings.NewReader(string(b)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) && te.Field != "" {
-			return badRequest("malformed JSON body: %q is %s, want %s", te.Field, te.Value, jsonKind(te.Type))
-		}
-		return badRequest("malformed JSON body: %v", err)
+		return jsonBodyError(err)
 	}
 	if dec.More() {
 		return badRequest("malformed JSON body: trailing data after the JSON value")
 	}
 	return nil
+}
+
+// jsonBodyError is the 400 for a request body encoding/json could not
+// decode, a value of the wrong type named in JSON's words (`"Shards" is
+// string, want a whole number`), not Go's.
+func jsonBodyError(err error) error {
+	var te *json.UnmarshalTypeError
+	switch {
+	case !errors.As(err, &te):
+		return badRequest("malformed JSON body: %v", err)
+	case te.Field != "":
+		return badRequest("malformed JSON body: %q is %s, want %s", te.Field, te.Value, jsonKind(te.Type))
+	}
+	return badRequest("malformed JSON body: the body is %s, want %s", te.Value, jsonKind(te.Type))
 }
 
 // jsonKind says in JSON's words what a body's field of Go type t takes,
@@ -413,6 +426,24 @@ func jsonKind(t reflect.Type) string {
 		return "an object"
 	}
 	return "a value of another type"
+}
+
+// jsonKindOf names the kind of the JSON value v (valid JSON) as
+// encoding/json's errors do: object, array, string, number, bool or null.
+func jsonKindOf(v []byte) string {
+	switch v[0] {
+	case '{':
+		return "object"
+	case '[':
+		return "array"
+	case '"':
+		return "string"
+	case 't', 'f':
+		return "bool"
+	case 'n':
+		return "null"
+	}
+	return "number"
 }
 
 // keysOnce refuses a request body that names one field twice: the same key

@@ -361,6 +361,11 @@ func (n *Node) handleBucketOf(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	ids := r.URL.Query()["id"]
+	if len(ids) > 1 {
+		writeError(w, badRequest("give one id, not %d", len(ids)))
+		return
+	}
 	id := r.URL.Query().Get("id")
 	if err := validateID(id); err != nil {
 		writeError(w, err)

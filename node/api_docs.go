@@ -746,11 +746,8 @@ var bulkFields = [...]string{"Type", "Id", "Document", "ChangeVector"}
 // parseBulkCommand reads command i, valid JSON.
 func parseBulkCommand(i int, e []byte) (bulkCommand, error) {
 	var c bulkCommand
-	if string(e) == "null" {
-		return c, nil
-	}
 	if e[0] != '{' {
-		return c, badRequest("command %d: must be an object", i)
+		return c, badRequest("command %d: %s, want an object", i, jsonKindOf(e))
 	}
 	str := func(field string, v []byte, dst *string) error {
 		if v[0] != '"' {

@@ -48,7 +48,7 @@ func (n *Node) handleQuery(w http.ResponseWriter, r *http.Request) {
 		dec := json.NewDecoder(strings.NewReader(string(body)))
 		dec.UseNumber()
 		if err := dec.Decode(&req); err != nil {
-			writeError(w, badRequest("malformed JSON body: %v", err))
+			writeError(w, jsonBodyError(err))
 			return
 		}
 	}

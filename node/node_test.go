@@ -388,6 +388,12 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"POST", "/databases/db/queries", `{"Query":"from @all_docs","query":"from Users"}`, 400, nil},
 		{"GET", "/databases/db/docs?id=keep&metadataOnly=1", ``, 400, nil},
 		{"GET", "/databases/db/docs?startsWith=k&metadataOnly=t", ``, 400, nil},
+		{"PUT", "/admin/databases/x", `null`, 400, nil},
+		{"PUT", "/admin/databases/x", `[1]`, 400, nil},
+		{"POST", "/databases/db/queries", `{"Query":5}`, 400, nil},
+		{"POST", "/databases/db/queries", `[1]`, 400, nil},
+		{"POST", "/databases/db/bulk_docs", `{"Commands":[{"Type":"PUT","Id":"ok","Document":{}},null]}`, 400, nil},
+		{"GET", "/databases/db/sharding/bucket?id=a&id=b", ``, 400, nil},
 	}
 	for _, tc := range cases {
 		r := c.do(tc.method, tc.path, tc.body, tc.headers...)
@@ -398,6 +404,9 @@ func TestBadInputChangesNothing(t *testing.T) {
 		var e struct{ Error, Type string }
 		if err := json.Unmarshal(r.Body, &e); err != nil || e.Error == "" || e.Type == "" {
 			t.Errorf("%s %s: error body %s", tc.method, tc.path, r.Body)
+		}
+		if strings.Contains(e.Error, "Go ") { // a client speaks JSON, not Go's types
+			t.Errorf("%s %s %.40q: message in Go's words: %s", tc.method, tc.path, tc.body, e.Error)
 		}
 	}
 	after := c.must(200, "GET", "/databases/db/stats", "").Body

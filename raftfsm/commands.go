@@ -55,7 +55,7 @@ var (
 	// ErrDatabaseExists means a database with that name exists.
 	ErrDatabaseExists = errors.New("database already exists")
 	// ErrDatabaseNotFound means no database has that name.
-	ErrDatabaseNotFound = errors.New("database not found")
+	ErrDatabaseNotFound = errors.New("database does not exist")
 	// ErrNodeNotFound means no node has that tag.
 	ErrNodeNotFound = errors.New("node not found")
 	// ErrInvalid wraps every validation failure of a command's content.
@@ -311,7 +311,7 @@ func applyCreateDatabase(s *State, index uint64, c *CreateDatabase) (any, error)
 
 func applyDeleteDatabase(s *State, _ uint64, c *DeleteDatabase) (any, error) {
 	if _, ok := s.Databases[c.Name]; !ok {
-		return nil, fmt.Errorf("%w: %q", ErrDatabaseNotFound, c.Name)
+		return nil, databaseNotFound(c.Name)
 	}
 	delete(s.Databases, c.Name)
 	return nil, nil
@@ -346,3 +346,13 @@ func TagLess(a, b string) bool {
 	}
 	return a < b
 }
+
+// databaseNotFound is ErrDatabaseNotFound for the database name, worded
+// as the API words it everywhere: database "x" does not exist.
+func databaseNotFound(name string) error { return notFoundError(name) }
+
+type notFoundError string
+
+func (e notFoundError) Error() string { return fmt.Sprintf("database %q does not exist", string(e)) }
+
+func (e notFoundError) Is(target error) bool { return target == ErrDatabaseNotFound }

@@ -237,7 +237,7 @@ func (r *DatabaseRecord) checkRunning(id string) error {
 func mutate(s *State, index uint64, db string, fn func(r *DatabaseRecord) (any, error)) (any, error) {
 	cur, ok := s.Databases[db]
 	if !ok {
-		return nil, fmt.Errorf("%w: %q", ErrDatabaseNotFound, db)
+		return nil, databaseNotFound(db)
 	}
 	r := cur.Clone()
 	v, err := fn(r)
