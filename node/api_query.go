@@ -34,6 +34,10 @@ func (n *Node) handleQuery(w http.ResponseWriter, r *http.Request) {
 	}
 	var req queryRequest
 	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		if qs := r.URL.Query()["query"]; len(qs) > 1 {
+			writeError(w, badRequest("give one query, not %d", len(qs)))
+			return
+		}
 		req.Query = r.URL.Query().Get("query")
 	} else {
 		body, err := readBody(r, 1<<20)

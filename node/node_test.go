@@ -394,6 +394,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"POST", "/databases/db/queries", `[1]`, 400, nil},
 		{"POST", "/databases/db/bulk_docs", `{"Commands":[{"Type":"PUT","Id":"ok","Document":{}},null]}`, 400, nil},
 		{"GET", "/databases/db/sharding/bucket?id=a&id=b", ``, 400, nil},
+		{"GET", "/databases/db/queries?query=from+Users&query=from+Orders", ``, 400, nil},
 	}
 	for _, tc := range cases {
 		r := c.do(tc.method, tc.path, tc.body, tc.headers...)
