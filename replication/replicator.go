@@ -46,6 +46,14 @@ type PeerStatus struct {
 	LastError string `json:"LastError,omitempty"`
 	// Paused reports a link paused by an operator or a test.
 	Paused bool `json:"Paused,omitempty"`
+	// ItemsSent counts the items the peer acknowledged since this node
+	// opened the replica, StubsSent those of them sent as stubs (a
+	// migration's items the peer was sent too), and StubsMissing the
+	// batches the peer answered Missing (it lacked what stubs named, and
+	// got the items whole).
+	ItemsSent    uint64 `json:"ItemsSent"`
+	StubsSent    uint64 `json:"StubsSent"`
+	StubsMissing uint64 `json:"StubsMissing"`
 }
 
 // Replicator pushes one local replica's changes to the other replicas of
@@ -80,6 +88,8 @@ type sender struct {
 	// lost holds, by document id, the items the peer kept only as
 	// conflict losers (ProgressReply.Lost).
 	lost losses
+	// items, stubs and missing count for PeerStatus.
+	items, stubs, missing uint64
 }
 
 // lostKept is how long a conflict loss is remembered: longer than any
@@ -228,7 +238,8 @@ func (r *Replicator) Status() []PeerStatus {
 	defer r.mu.Unlock()
 	out := make([]PeerStatus, 0, len(r.senders))
 	for _, s := range r.senders {
-		out = append(out, PeerStatus{Peer: s.peer, AckedEtag: s.acked, LastError: s.err, Paused: r.paused})
+		out = append(out, PeerStatus{Peer: s.peer, AckedEtag: s.acked, LastError: s.err, Paused: r.paused,
+			ItemsSent: s.items, StubsSent: s.stubs, StubsMissing: s.missing})
 	}
 	slices.SortFunc(out, func(a, b PeerStatus) int { return cmpString(a.Peer, b.Peer) })
 	return out
@@ -514,9 +525,21 @@ func (r *Replicator) Apply(ctx context.Context, b *Batch) (ProgressReply, error)
 	return reply, err
 }
 
-// ackBatch records the peer's answer to batch b: its progress, and the
-// items it kept only as conflict losers.
+// ackBatch records the peer's answer to batch b: its progress, the items
+// it kept only as conflict losers, and the link's counts.
 func (r *Replicator) ackBatch(s *sender, p *ProgressReply, b *Batch) {
+	r.mu.Lock()
+	if p.Missing {
+		s.missing++
+	} else {
+		for _, it := range b.Items {
+			s.items++
+			if it.Stub {
+				s.stubs++
+			}
+		}
+	}
+	r.mu.Unlock()
 	if len(p.Lost) > 0 {
 		r.mu.Lock()
 		for _, li := range p.Lost {

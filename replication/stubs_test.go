@@ -33,6 +33,16 @@ func movedOps(t *testing.T, n int, prefix string) []storage.Op {
 	return ops
 }
 
+// acked is what the single peer of r acknowledged; its link's counts
+// are updated before it.
+func acked(r *Replicator) uint64 {
+	st := r.Status()
+	if len(st) != 1 {
+		return 0
+	}
+	return st[0].AckedEtag
+}
+
 func writeOps(t *testing.T, s *storage.Store, ops []storage.Op) {
 	t.Helper()
 	if _, err := s.Write(context.Background(), ops); err != nil {
@@ -79,7 +89,7 @@ func TestMovedItemsGoAsStubs(t *testing.T) {
 			r := New(a, "db", 0, tr, nil)
 			defer r.Close()
 			r.SetPeers([]string{"B"})
-			waitFor(t, "B to hold A's feed", func() bool { return b.ReplicationProgress(a.DatabaseID()) == a.LastEtag() })
+			waitFor(t, "B to hold A's feed", func() bool { return acked(r) == a.LastEtag() })
 			stubs, whole := sentItems(tr, "m")
 			if v3 && (stubs != 20 || whole != 0) {
 				t.Fatalf("moved items sent as %d stubs and %d whole, want 20 stubs", stubs, whole)
@@ -89,6 +99,10 @@ func TestMovedItemsGoAsStubs(t *testing.T) {
 			}
 			if _, whole := sentItems(tr, "c1"); whole != 1 {
 				t.Fatalf("client write sent whole %d times", whole)
+			}
+			st := r.Status()
+			if wantStubs := map[bool]uint64{true: 20, false: 0}[v3]; len(st) != 1 || st[0].ItemsSent != 21 || st[0].StubsSent != wantStubs || st[0].StubsMissing != 0 {
+				t.Fatalf("link status %+v, want 21 items sent, %d as stubs", st, wantStubs)
 			}
 			// B stored only the client write: the stubs' items were held.
 			if got := b.LastEtag(); got != bEtag+1 {
@@ -113,7 +127,7 @@ func TestStubsThePeerLacksAreSentWhole(t *testing.T) {
 	r := New(a, "db", 0, tr, nil)
 	defer r.Close()
 	r.SetPeers([]string{"B"})
-	waitFor(t, "B to hold A's feed", func() bool { return b.ReplicationProgress(a.DatabaseID()) == a.LastEtag() })
+	waitFor(t, "B to hold A's feed", func() bool { return acked(r) == a.LastEtag() })
 	for _, op := range ops {
 		want, _ := a.Get(op.ID)
 		got, err := b.Get(op.ID)
@@ -123,6 +137,9 @@ func TestStubsThePeerLacksAreSentWhole(t *testing.T) {
 	}
 	if stubs, whole := sentItems(tr, "m"); stubs != 20 || whole != 20 {
 		t.Fatalf("moved items sent as %d stubs and %d whole, want 20 of each (stubs, Missing, whole)", stubs, whole)
+	}
+	if st := r.Status(); len(st) != 1 || st[0].ItemsSent != 20 || st[0].StubsSent != 0 || st[0].StubsMissing != 1 {
+		t.Fatalf("link status %+v, want 20 items sent whole after one Missing", st)
 	}
 	// Caught up: a migration both hold goes as stubs again.
 	next := movedOps(t, 5, "n")
