@@ -649,7 +649,10 @@ func whereIs(c *testcluster.Cluster, db, id string, shards int, via string) stri
 // node had not applied a migration's start when the bucket's copies
 // arrived took them for strays its owner supersedes and purged them:
 // about 0.3% of the buckets moved lost their documents on one replica for
-// good (explorer round, session 8).
+// good (explorer round, session 8). A third of the documents are large
+// enough to be kept apart from their metadata, so the destination's
+// replicas send each other those as stubs (their versions only), and the
+// check of every body covers that path too.
 func TestRangeMoveLeavesEveryReplicaWhole(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a move of ~560 buckets: about a minute, several under the race detector")
@@ -661,7 +664,11 @@ func TestRangeMoveLeavesEveryReplicaWhole(t *testing.T) {
 	for start := 0; start < docs; start += 500 {
 		var cmds []string
 		for i := start; i < start+500; i++ {
-			cmds = append(cmds, fmt.Sprintf(`{"Type":"PUT","Id":"pre/%d","Document":{"N":%d}}`, i, i))
+			pad := ""
+			if i%3 == 0 {
+				pad = strings.Repeat("p", 300)
+			}
+			cmds = append(cmds, fmt.Sprintf(`{"Type":"PUT","Id":"pre/%d","Document":{"N":%d,"Pad":%q}}`, i, i, pad))
 		}
 		testcluster.Must(t, 201, "POST", A+"/databases/db/bulk_docs?waitForReplicas=2", `{"Commands":[`+join(cmds)+`]}`)
 	}
@@ -679,5 +686,17 @@ func TestRangeMoveLeavesEveryReplicaWhole(t *testing.T) {
 	}
 	if total != docs {
 		t.Fatalf("the shards hold %d documents, want %d", total, docs)
+	}
+	// The destination's replicas sent each other the moved large
+	// documents as stubs.
+	var stubs float64
+	for _, tag := range shardMembers(t, A, "db")[1] {
+		st := testcluster.Must(t, 200, "GET", memberByTag(c, tag).URL()+"/databases/db$1/stats", "").JSON(t)
+		for _, l := range st["Replication"].([]any) {
+			stubs += l.(map[string]any)["StubsSent"].(float64)
+		}
+	}
+	if stubs == 0 {
+		t.Fatal("no moved document went between the destination's replicas as a stub")
 	}
 }
