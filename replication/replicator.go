@@ -539,24 +539,20 @@ func (r *Replicator) ackBatch(s *sender, p *ProgressReply, b *Batch) {
 			}
 		}
 	}
-	r.mu.Unlock()
-	if len(p.Lost) > 0 {
-		r.mu.Lock()
-		for _, li := range p.Lost {
-			if li.Index < 0 || li.Index >= len(b.Items) {
-				continue
-			}
-			it := b.Items[li.Index]
-			cv, err := changevector.Parse(it.ChangeVector)
-			if err != nil {
-				continue
-			}
-			if l, err := newConflictLoss(it.ID, cv.Version.String(), li.Winner); err == nil {
-				s.lost.add(l)
-			}
+	for _, li := range p.Lost {
+		if li.Index < 0 || li.Index >= len(b.Items) {
+			continue
 		}
-		r.mu.Unlock()
+		it := b.Items[li.Index]
+		cv, err := changevector.Parse(it.ChangeVector)
+		if err != nil {
+			continue
+		}
+		if l, err := newConflictLoss(it.ID, cv.Version.String(), li.Winner); err == nil {
+			s.lost.add(l)
+		}
 	}
+	r.mu.Unlock()
 	r.ack(s, p.Etag)
 }
 
