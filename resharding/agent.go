@@ -1038,7 +1038,7 @@ func (a *Agent) dropSuperseded(ctx context.Context, rec *raftfsm.DatabaseRecord)
 	kept := 0
 	for _, st := range strays {
 		b := st.Bucket
-		n, err := a.dropSupersededIn(ctx, b, rec.ShardOf(b))
+		n, err := a.dropSupersededIn(ctx, rec, b, rec.ShardOf(b))
 		if err != nil {
 			if ctx.Err() == nil {
 				a.logger.Debug("documents migrator could not compare copies with their owner", "bucket", b, "err", err)
@@ -1055,17 +1055,11 @@ func (a *Agent) dropSuperseded(ctx context.Context, rec *raftfsm.DatabaseRecord)
 
 // dropSupersededIn purges bucket b's items that its owner holds in the
 // same or a newer version, and returns how many it keeps.
-func (a *Agent) dropSupersededIn(ctx context.Context, b uint32, owner int) (int, error) {
+func (a *Agent) dropSupersededIn(ctx context.Context, rec *raftfsm.DatabaseRecord, b uint32, owner int) (int, error) {
 	type copyOf struct{ id, cv string }
 	var items []copyOf
 	err := a.s.IterateBucketsMeta(b, b, func(d *storage.Document) bool {
-		// A copy that came by a migration (or from a sibling that got it
-		// so) is the destination's, whatever this replica's record says:
-		// its node may not have applied the migration's start yet while
-		// the copies arrive, and dropping them lost them here for good
-		// (replication had already delivered them). Only copies written
-		// or replicated within this shard are dropped.
-		if !d.Artificial() && d.Flags&storage.FlagFromResharding == 0 && !movedIn(d.ChangeVector) {
+		if !d.Artificial() && !unseenArrival(d, rec) {
 			items = append(items, copyOf{d.ID, d.ChangeVector})
 		}
 		return true
@@ -1126,9 +1120,41 @@ func (a *Agent) dropSupersededIn(ctx context.Context, b uint32, owner int) (int,
 
 // movedIn reports whether change vector cv carries the MOVE marker of a
 // migration into its shard (or does not parse: then it is kept too).
-func movedIn(cv string) bool {
-	c, err := changevector.Parse(cv)
-	return err != nil || slices.ContainsFunc(c.Order, func(e changevector.Entry) bool { return e.Tag == changevector.MoveTag })
+// unseenArrival reports a copy that may have come by a migration that
+// rec, this node's record, does not show yet: its change vector's MOVE
+// marker names a migration of this database started after the record's
+// latest change, or of another database id; or it is flagged as moved and
+// carries no marker; or its change vector does not parse. Such a copy is
+// the destination's, whatever the record says: the node may not have
+// applied the migration's start while the copies arrived, and dropping
+// them lost them here for good (replication had delivered them already).
+//
+// A copy whose marker the record has seen came into this shard by a
+// migration the record knows (or was written here over such a copy: a
+// local write keeps the order's marker). With the record now giving its
+// bucket to another shard and no migration of the shard active, it is a
+// leftover of a move out, and goes like any copy once the owner holds its
+// version. Keeping every marked copy left, with three replicas, a write
+// that reached a source replica from a sibling rather than from the sender
+// just before a flip on that replica for good: its cleanup keeps what it
+// cannot tell the sender had, and the responsible replica, which moves
+// leftovers, never held it.
+func unseenArrival(d *storage.Document, rec *raftfsm.DatabaseRecord) bool {
+	c, err := changevector.Parse(d.ChangeVector)
+	if err != nil {
+		return true
+	}
+	marked := false
+	for _, e := range c.Order {
+		if e.Tag != changevector.MoveTag {
+			continue
+		}
+		if e.DBID != rec.DatabaseID || e.Etag > rec.Etag {
+			return true
+		}
+		marked = true
+	}
+	return !marked && d.Flags&storage.FlagFromResharding != 0
 }
 
 // bucketRangesView is what the documents migrator watches for: ownership

@@ -89,9 +89,32 @@ func TestStrayCopiesTheOwnerSupersedesAreDropped(t *testing.T) {
 	write(t, owner, put("incoming"+anchor, `{"v":1}`))
 	d, _ := owner.GetItem("incoming" + anchor)
 	write(t, mine, storage.Op{Kind: storage.OpMigrate, ID: d.ID, Body: d.Body, ChangeVector: d.ChangeVector, LastModified: d.LastModified,
-		MigrationIndex: 42, DatabaseID: "destdb"})
+		MigrationIndex: 42, DatabaseID: "thedb"})
+	// A copy marked by a migration of another database id: kept, as it
+	// cannot be told apart from one this record does not show.
+	write(t, owner, put("foreign"+anchor, `{"v":1}`))
+	d, _ = owner.GetItem("foreign" + anchor)
+	write(t, mine, storage.Op{Kind: storage.OpMigrate, ID: d.ID, Body: d.Body, ChangeVector: d.ChangeVector, LastModified: d.LastModified,
+		MigrationIndex: 5, DatabaseID: "olddb"})
+	// Copies that moved into this shard by a migration the record shows
+	// (index 5, the record is at 7), the bucket since moved on to the
+	// owner: one as it came, one written here since (a local write keeps
+	// the marker), both of which the owner holds. With three replicas such
+	// a write can reach this replica from a sibling rather than from the
+	// sender just before the flip, and its cleanup keeps it: it went on
+	// being kept here for good.
+	for _, id := range []string{"movedin", "writtenafter"} {
+		write(t, owner, put(id+anchor, `{"v":1}`))
+		d, _ = owner.GetItem(id + anchor)
+		write(t, mine, storage.Op{Kind: storage.OpMigrate, ID: d.ID, Body: d.Body, ChangeVector: d.ChangeVector, LastModified: d.LastModified,
+			MigrationIndex: 5, DatabaseID: "thedb"})
+	}
+	write(t, mine, put("writtenafter"+anchor, `{"v":2}`))
+	for _, id := range []string{"movedin", "writtenafter"} {
+		replicate(t, mine, owner, id+anchor)
+	}
 
-	rec := &raftfsm.DatabaseRecord{DatabaseName: "db", Etag: 7, Sharding: raftfsm.Sharding{
+	rec := &raftfsm.DatabaseRecord{DatabaseName: "db", DatabaseID: "thedb", Etag: 7, Sharding: raftfsm.Sharding{
 		Shards:           map[int]*raftfsm.ShardTopology{0: {Members: []string{"A", "B"}}, 1: {Members: []string{"C"}}},
 		BucketRanges:     bucket.Ranges{{BucketRangeStart: 0, ShardNumber: 0}, {BucketRangeStart: bk, ShardNumber: 1}, {BucketRangeStart: bk + 1, ShardNumber: 0}},
 		BucketMigrations: map[uint32]*raftfsm.BucketMigration{},
@@ -101,7 +124,8 @@ func TestStrayCopiesTheOwnerSupersedesAreDropped(t *testing.T) {
 
 	for range 2 { // a second sweep changes nothing more
 		a.migrateLeftovers(context.Background(), rec, false)
-		for id, dropped := range map[string]bool{"same": true, "newer": true, "deleted": true, "missing": false, "older": false, "incoming": false} {
+		for id, dropped := range map[string]bool{"same": true, "newer": true, "deleted": true, "missing": false, "older": false, "incoming": false,
+			"foreign": false, "movedin": true, "writtenafter": true} {
 			d, err := mine.GetItem(id + anchor)
 			if err != nil {
 				t.Fatalf("%s: %v", id, err)
@@ -117,8 +141,8 @@ func TestStrayCopiesTheOwnerSupersedesAreDropped(t *testing.T) {
 			t.Errorf("a replica that is not responsible proposed %v", fc.proposed)
 		}
 	}
-	if st, _ := mine.BucketStats(bk); st.DocumentsCount != 3 {
-		t.Errorf("bucket %d counts %d documents here, want 3 (missing, older, incoming)", bk, st.DocumentsCount)
+	if st, _ := mine.BucketStats(bk); st.DocumentsCount != 4 {
+		t.Errorf("bucket %d counts %d documents here, want 4 (missing, older, incoming, foreign)", bk, st.DocumentsCount)
 	}
 
 	// A replica whose shard receives a bucket sweeps nothing meanwhile.
