@@ -33,6 +33,13 @@ func movedOps(t *testing.T, n int, prefix string) []storage.Op {
 	return ops
 }
 
+// pair opens replicas A and B and a transport between them; v3 says
+// whether B takes stubs.
+func pair(t *testing.T, v3 bool) (a, b *storage.Store, tr *memTransport) {
+	a, b = open(t, "A"), open(t, "B")
+	return a, b, &memTransport{stores: map[string]*storage.Store{"A": a, "B": b}, down: map[string]bool{}, v3: v3}
+}
+
 // acked is what the single peer of r acknowledged; its link's counts
 // are updated before it.
 func acked(r *Replicator) uint64 {
@@ -79,13 +86,12 @@ func sentItems(tr *memTransport, prefix string) (stubs, whole int) {
 func TestMovedItemsGoAsStubs(t *testing.T) {
 	for _, v3 := range []bool{true, false} {
 		t.Run(fmt.Sprintf("v3=%v", v3), func(t *testing.T) {
-			a, b := open(t, "A"), open(t, "B")
+			a, b, tr := pair(t, v3)
 			ops := movedOps(t, 20, "m")
 			writeOps(t, a, ops)
 			writeOps(t, b, ops)
 			writeOps(t, a, []storage.Op{{Kind: storage.OpPut, ID: "c1", Body: []byte(`{"v":1}`)}})
 			bEtag := b.LastEtag()
-			tr := &memTransport{stores: map[string]*storage.Store{"A": a, "B": b}, down: map[string]bool{}, v3: v3}
 			r := New(a, "db", 0, tr, nil)
 			defer r.Close()
 			r.SetPeers([]string{"B"})
@@ -120,10 +126,9 @@ func TestMovedItemsGoAsStubs(t *testing.T) {
 // waited StubWait, and gets the items whole; once the sender has caught up,
 // the next migration's items go as stubs again.
 func TestStubsThePeerLacksAreSentWhole(t *testing.T) {
-	a, b := open(t, "A"), open(t, "B")
+	a, b, tr := pair(t, true)
 	ops := movedOps(t, 20, "m")
 	writeOps(t, a, ops)
-	tr := &memTransport{stores: map[string]*storage.Store{"A": a, "B": b}, down: map[string]bool{}, v3: true}
 	r := New(a, "db", 0, tr, nil)
 	defer r.Close()
 	r.SetPeers([]string{"B"})
@@ -155,10 +160,9 @@ func TestStubsThePeerLacksAreSentWhole(t *testing.T) {
 // migration's own batch does wait for it there, and nothing is sent
 // whole.
 func TestStubsWaitForThePeersOwnCopy(t *testing.T) {
-	a, b := open(t, "A"), open(t, "B")
+	a, b, tr := pair(t, true)
 	ops := movedOps(t, 20, "m")
 	writeOps(t, a, ops)
-	tr := &memTransport{stores: map[string]*storage.Store{"A": a, "B": b}, down: map[string]bool{}, v3: true}
 	var once sync.Once
 	done := make(chan error, 1)
 	tr.beforeApply = func(_ string, batch *Batch) {
