@@ -155,7 +155,7 @@ func TestMigrationBatchEndingTheLastPassSettlesTheBucket(t *testing.T) {
 		return replication.Item{ID: id, Collection: "Orders", ChangeVector: fmt.Sprintf("A:%d-%s", etag, dbid), LastModified: time.Now().UTC(), Body: []byte(`{"n":1}`)}
 	}
 	batch := &resharding.Batch{DB: "db", Shard: 1, Bucket: b, MigrationIndex: 7, DatabaseID: "srcdb", Items: []replication.Item{item(3)}}
-	if err := l.migrate(context.Background(), batch); err != nil {
+	if err := l.migrate(context.Background(), batch, nil); err != nil {
 		t.Fatal(err)
 	}
 	if n.lastPasses.stored("db", 1, m, s) {
@@ -164,7 +164,7 @@ func TestMigrationBatchEndingTheLastPassSettlesTheBucket(t *testing.T) {
 	end := *batch
 	end.Items = nil
 	end.LastPass = fmt.Sprintf("A:3-%s", dbid)
-	if err := l.migrate(context.Background(), &end); err != nil {
+	if err := l.migrate(context.Background(), &end, nil); err != nil {
 		t.Fatal(err)
 	}
 	if !n.lastPasses.stored("db", 1, m, s) {
@@ -174,7 +174,7 @@ func TestMigrationBatchEndingTheLastPassSettlesTheBucket(t *testing.T) {
 	ahead := end
 	ahead.MigrationIndex, m.MigrationIndex = 8, 8
 	ahead.LastPass = fmt.Sprintf("A:4-%s", dbid)
-	if err := l.migrate(context.Background(), &ahead); err != nil {
+	if err := l.migrate(context.Background(), &ahead, nil); err != nil {
 		t.Fatal(err)
 	}
 	if n.lastPasses.stored("db", 1, m, s) {

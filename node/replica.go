@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/shardnode/shardnode/bucket"
@@ -42,7 +43,9 @@ type shardReplica interface {
 	// holds, tombstones included (artificial ones are not held).
 	itemVersions(ctx context.Context, ids []string) (map[string]string, error)
 	conflicts(ctx context.Context, limit int) ([]storage.Conflict, error)
-	migrate(ctx context.Context, b *resharding.Batch) error
+	// migrate stores a migration batch; a remote replica sends it as
+	// encoded, once for all the replicas it goes to.
+	migrate(ctx context.Context, b *resharding.Batch, encoded func() ([][]byte, error)) error
 }
 
 // queryArgs is a query as sent to one shard.
@@ -595,7 +598,7 @@ func (l *localReplica) conflicts(_ context.Context, limit int) ([]storage.Confli
 	return l.s.Conflicts(limit)
 }
 
-func (l *localReplica) migrate(ctx context.Context, b *resharding.Batch) error {
+func (l *localReplica) migrate(ctx context.Context, b *resharding.Batch, _ func() ([][]byte, error)) error {
 	note := func() {
 		if err := l.n.noteLastPass(lastPassNotice{DB: b.DB, Shard: b.Shard, Bucket: b.Bucket, MigrationIndex: b.MigrationIndex, ChangeVector: b.LastPass}); err != nil {
 			l.n.logger.Warn("last pass of a migration batch", "db", b.DB, "bucket", b.Bucket, "err", err)
@@ -629,11 +632,8 @@ const busMessageSlack = 4 << 10
 // document: headers and the batch's framing (id, change vector, fields).
 const busDocumentSlack = 64 << 10
 
-func (r *remoteReplica) migrate(ctx context.Context, b *resharding.Batch) error {
-	// An external NATS may allow less than a batch (1 MiB by default): the
-	// batch goes in parts. A failure fails the whole batch, which the
-	// sender sends again; items already stored are no-ops then.
-	parts, err := encodeMigrationParts(b, r.n.bus.nc.MaxPayload()-busMessageSlack)
+func (r *remoteReplica) migrate(ctx context.Context, b *resharding.Batch, encoded func() ([][]byte, error)) error {
+	parts, err := encoded()
 	if err != nil {
 		return err
 	}
@@ -647,6 +647,15 @@ func (r *remoteReplica) migrate(ctx context.Context, b *resharding.Batch) error 
 		}
 	}
 	return nil
+}
+
+// migrationParts returns b's encoding for the bus, made at its first call
+// and shared by the sends to every replica. An external NATS may allow
+// less than a batch (1 MiB by default): the batch goes in parts. A failure
+// fails the whole batch, which the sender sends again; items already
+// stored are no-ops then.
+func (n *Node) migrationParts(b *resharding.Batch) func() ([][]byte, error) {
+	return sync.OnceValues(func() ([][]byte, error) { return encodeMigrationParts(b, n.bus.nc.MaxPayload()-busMessageSlack) })
 }
 
 // encodeMigrationParts encodes b as one message, or as several of at most

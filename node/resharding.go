@@ -210,9 +210,10 @@ func (c reshardCluster) SendBatch(ctx context.Context, b *resharding.Batch) erro
 			up = append(up, m)
 		}
 	}
+	encoded := c.n.migrationParts(b)
 	if len(up) == 0 { // try them all in turn, as for a write
 		return c.n.onShard(ctx, target{rec: rec, shard: -1}, b.Shard, false, func(ctx context.Context, rep shardReplica) error {
-			return rep.migrate(ctx, b)
+			return rep.migrate(ctx, b, encoded)
 		})
 	}
 	// Every reachable replica stores the batch at once: each confirms from
@@ -223,7 +224,7 @@ func (c reshardCluster) SendBatch(ctx context.Context, b *resharding.Batch) erro
 	for i, tag := range up {
 		wg.Go(func() {
 			errs[i] = c.n.attempt(ctx, b.DB, b.Shard, tag, false, 0, func(ctx context.Context, rep shardReplica) error {
-				return rep.migrate(ctx, b)
+				return rep.migrate(ctx, b, encoded)
 			})
 		})
 	}
@@ -402,7 +403,7 @@ func (n *Node) registerMigrationRPC() {
 		if err != nil {
 			return nil, err
 		}
-		return struct{}{}, l.migrate(ctx, b)
+		return struct{}{}, l.migrate(ctx, b, nil)
 	}
 }
 
