@@ -106,7 +106,7 @@ func (s *Store) changes(after uint64, limit int, leave func(*Document) bool) ([]
 		if leave == nil {
 			d, err = s.getFrom(snap, key, b)
 		} else {
-			d, err = s.getLeavingBody(snap, key, b, leave)
+			d, err = getLeavingBody(snap, key, b, leave)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("changes after %d: item %q: %w", after, ref[4:], err)

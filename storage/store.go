@@ -597,7 +597,7 @@ func (s *Store) getFrom(r pebble.Reader, key []byte, bucket uint32) (*Document, 
 // and its body from the doc key only when the body is kept apart and leave
 // does not report the item: such an item comes with BodyUnread. r is a
 // snapshot, so the two reads see one version.
-func (s *Store) getLeavingBody(r pebble.Reader, key []byte, bucket uint32, leave func(*Document) bool) (*Document, error) {
+func getLeavingBody(r pebble.Reader, key []byte, bucket uint32, leave func(*Document) bool) (*Document, error) {
 	d, err := getMeta(r, key, bucket)
 	if err != nil || !d.bodyElsewhere || leave(d) {
 		return d, err
