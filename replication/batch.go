@@ -171,17 +171,19 @@ func waitForStubs(ctx context.Context, s *storage.Store, items []Item) (bool, er
 	defer timer.Stop()
 	for {
 		changed := s.Changed() // before reading: no commit slips between
-		left := pending[:0]
-		for _, it := range pending {
-			ok, err := s.Holds(it.ID, it.ChangeVector)
+		// In order, stopping at the first not held: a wake by a commit
+		// that did not bring it (a client's write) costs one read.
+		for len(pending) > 0 {
+			ok, err := s.Holds(pending[0].ID, pending[0].ChangeVector)
 			if err != nil {
 				return false, err
 			}
 			if !ok {
-				left = append(left, it)
+				break
 			}
+			pending = pending[1:]
 		}
-		if pending = left; len(pending) == 0 {
+		if len(pending) == 0 {
 			return true, nil
 		}
 		select {
