@@ -120,6 +120,7 @@ func (n *Node) runFreshness(ctx context.Context) {
 	// election, while replication ran on, is not one.
 	cutOff := false
 	alone := false     // during the lapse this node heard no other node
+	stood := false     // during the lapse this process stood still
 	refused := false   // see refusedWhileStale
 	marked := false    // the replicas were marked behind for this lapse
 	last := time.Now() // when the previous check returned
@@ -140,7 +141,7 @@ func (n *Node) runFreshness(ctx context.Context) {
 		// process standing still. A check that waited on a hung leader
 		// is not.
 		if asked.Sub(last) > freshFor {
-			cutOff = true
+			cutOff, stood = true, true
 		}
 		markBehind()
 		asOf, err := n.checkFresh(ctx, asked)
@@ -148,7 +149,7 @@ func (n *Node) runFreshness(ctx context.Context) {
 		// A check gives up after freshFor; one that took much longer was
 		// frozen with its process.
 		if last.Sub(asked) > freshFor+freshFor/2 {
-			cutOff = true
+			cutOff, stood = true, true
 		}
 		if err != nil && n.health.heardNone(freshFor) {
 			cutOff, alone = true, true
@@ -166,18 +167,21 @@ func (n *Node) runFreshness(ctx context.Context) {
 			if ((!n.fresh.fresh() && cutOff) || refused || marked) && n.ready.Load() {
 				// Back in touch: the replicas' peers may hold writes these
 				// lack. Marked before the node serves again.
-				n.logger.Info("node is back in touch with the cluster; its replicas catch up with their peers", "heard_none", alone)
-				if alone {
+				n.logger.Info("node is back in touch with the cluster; its replicas catch up with their peers", "heard_none", alone, "stood_still", stood)
+				if alone || stood {
 					// Every peer looks down from here only because this
-					// node was cut off: a catch-up that skipped them
-					// would serve without the writes they took
-					// meanwhile. Count them as at a start instead.
+					// node was cut off, or heard nothing while its process
+					// stood still: a catch-up that skipped them would
+					// serve without the writes they took meanwhile (reads
+					// queued during a SIGSTOP answered the version from
+					// before it, once in a CI run). Count them as at a
+					// start instead.
 					n.rejoined.Store(time.Now().UnixNano())
 					n.health.forgetSilence()
 				}
 				n.kickCatchUps()
 			}
-			cutOff, alone, refused, marked = false, false, false, false
+			cutOff, alone, stood, refused, marked = false, false, false, false, false
 			n.fresh.confirm(asOf)
 			leaderless = time.Time{}
 		case ctx.Err() != nil:
