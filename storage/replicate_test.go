@@ -36,12 +36,7 @@ func ship(t *testing.T, from, to *Store) []Result {
 
 func TestReplicationDecidesByVersion(t *testing.T) {
 	ctx := context.Background()
-	a := openTest(t, t.TempDir())
-	b, err := Open(Options{Dir: t.TempDir(), NodeTag: "B"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	a, b := openTest(t, t.TempDir()), openPeer(t)
 	if _, err := a.Write(ctx, []Op{put("u/1", `{"v":"a1"}`), put("u/2", `{"v":"a2"}`)}); err != nil {
 		t.Fatal(err)
 	}
@@ -244,12 +239,7 @@ func TestReplicationProgressSurvivesReopen(t *testing.T) {
 // large items it is asked to and reads the rest whole.
 func TestHoldsMatchesWhatReplicationWouldSkip(t *testing.T) {
 	ctx := context.Background()
-	a := openTest(t, t.TempDir())
-	b, err := Open(Options{Dir: t.TempDir(), NodeTag: "B"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	a, b := openTest(t, t.TempDir()), openPeer(t)
 	big := `{"pad":"` + strings.Repeat("x", bodyKeyMin) + `"}`
 	r1, err := a.Write(ctx, []Op{put("h/1", big), put("h/2", `{"v":1}`)})
 	if err != nil {

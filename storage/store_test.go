@@ -31,6 +31,17 @@ func openTest(t *testing.T, dir string) *Store {
 	return s
 }
 
+// openPeer opens a second replica, on node B, closed at the test's end.
+func openPeer(t *testing.T) *Store {
+	t.Helper()
+	s, err := Open(Options{Dir: t.TempDir(), NodeTag: "B"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
 func put(id, body string) Op {
 	return Op{Kind: OpPut, ID: id, Collection: "Users", Body: []byte(body)}
 }
