@@ -347,12 +347,10 @@ func TagLess(a, b string) bool {
 	return a < b
 }
 
-// databaseNotFound is ErrDatabaseNotFound for the database name, worded
-// as the API words it everywhere: database "x" does not exist.
-func databaseNotFound(name string) error { return notFoundError(name) }
+// databaseNotFound is ErrDatabaseNotFound for the database it names,
+// worded as the API words it everywhere: database "x" does not exist.
+type databaseNotFound string
 
-type notFoundError string
+func (e databaseNotFound) Error() string { return fmt.Sprintf("database %q does not exist", string(e)) }
 
-func (e notFoundError) Error() string { return fmt.Sprintf("database %q does not exist", string(e)) }
-
-func (e notFoundError) Is(target error) bool { return target == ErrDatabaseNotFound }
+func (e databaseNotFound) Is(target error) bool { return target == ErrDatabaseNotFound }
