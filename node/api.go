@@ -220,6 +220,8 @@ func toAPIError(err error) *apiError {
 		return &apiError{Status: http.StatusConflict, Type: typeOf(raftfsm.ErrStale), Msg: err.Error()}
 	case errors.Is(err, raftfsm.ErrNodeNotFound):
 		return &apiError{Status: http.StatusNotFound, Type: typeOf(raftfsm.ErrNodeNotFound), Msg: err.Error()}
+	case errors.Is(err, raftfsm.ErrNodeIDConflict):
+		return &apiError{Status: http.StatusConflict, Type: typeOf(raftfsm.ErrNodeIDConflict), Msg: err.Error()}
 	case errors.Is(err, raftfsm.ErrOperationNotFound):
 		return &apiError{Status: http.StatusNotFound, Type: typeOf(raftfsm.ErrOperationNotFound), Msg: err.Error()}
 	case errors.Is(err, storage.ErrClosed):
@@ -251,6 +253,8 @@ func typeOf(err error) string {
 		return "StaleMigrationStep"
 	case raftfsm.ErrNodeNotFound:
 		return "NodeNotFound"
+	case raftfsm.ErrNodeIDConflict:
+		return "NodeIdConflict"
 	case raftfsm.ErrOperationNotFound:
 		return "OperationNotFound"
 	}

@@ -57,6 +57,8 @@ type clusterNode struct {
 	Status   string `json:"Status"`
 	Voter    bool   `json:"Voter"`
 	LastSeen string `json:"LastSeen,omitempty"`
+	// Id is the node's data directory id (raftfsm.NodeInfo.ID).
+	Id string `json:"Id,omitempty"`
 }
 
 // clusterAnswer is GET /cluster's answer.
@@ -87,7 +89,7 @@ func (n *Node) clusterAnswer() clusterAnswer {
 		if !n.health.up(m.Tag) {
 			status = "Down"
 		}
-		cn := clusterNode{Tag: m.Tag, HttpUrl: m.HttpUrl, RaftAddr: m.RaftAddr, Status: status, Voter: voters[m.Tag]}
+		cn := clusterNode{Tag: m.Tag, HttpUrl: m.HttpUrl, RaftAddr: m.RaftAddr, Status: status, Voter: voters[m.Tag], Id: m.ID}
 		if seen := n.health.lastSeen(m.Tag); !seen.IsZero() && m.Tag != n.cfg.Node.Tag {
 			cn.LastSeen = seen.UTC().Format(time.RFC3339Nano)
 		}

@@ -4,10 +4,16 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -412,5 +418,104 @@ func TestReplicationFromAnEarlierDatabaseIsRefused(t *testing.T) {
 		if got := status(n.checkIncarnation("db", tc.created)); got != tc.want {
 			t.Errorf("batch from a database created at %q (this one: %d): status %d, want %d", tc.created, cur, got, tc.want)
 		}
+	}
+}
+
+// TestJoinIsCheckedBeforeRaftListens: a node with no raft state that joins
+// asks the cluster whether its tag is free for its data directory before
+// its raft address accepts a connection, so a member's peers never send
+// it the member's log; a NodeIdConflict answer stops the start with
+// ErrNodeIDConflict, and the directory keeps its id for the next start.
+func TestJoinIsCheckedBeforeRaftListens(t *testing.T) {
+	raftLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raftAddr := raftLn.Addr().String()
+	raftLn.Close()
+	asked := make(chan string, 4)
+	leader := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req joinRequest
+		body, _ := io.ReadAll(r.Body)
+		if err := json.Unmarshal(body, &req); err != nil || r.URL.Path != "/cluster/join" {
+			http.Error(w, "unexpected", 400)
+			return
+		}
+		state := "closed"
+		if c, err := net.DialTimeout("tcp", raftAddr, time.Second); err == nil {
+			c.Close()
+			state = "open"
+		}
+		asked <- fmt.Sprintf("check=%v id=%s raft=%s", req.Check, req.Node.ID, state)
+		w.WriteHeader(http.StatusConflict)
+		fmt.Fprintf(w, `{"Error":"node B is a member with another data directory (node id %s)","Type":"NodeIdConflict"}`, strings.Repeat("0", 32))
+	}))
+	defer leader.Close()
+	dir := t.TempDir()
+	cfg := config.Default()
+	cfg.Node.DataDir, cfg.Node.Tag = dir, "B"
+	cfg.HTTP.Addr, cfg.Raft.Addr, cfg.NATS.Listen = "127.0.0.1:0", raftAddr, "127.0.0.1:0"
+	cfg.Raft.Bootstrap, cfg.Raft.Join = false, leader.URL
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, err = Start(ctx, &cfg, nil)
+	if !errors.Is(err, ErrNodeIDConflict) {
+		t.Fatalf("start refused by the cluster: %v, want ErrNodeIDConflict", err)
+	}
+	id, rerr := os.ReadFile(filepath.Join(dir, nodeIDFile))
+	if rerr != nil || !validNodeID(strings.TrimSpace(string(id))) {
+		t.Fatalf("NODE_ID %q: %v", id, rerr)
+	}
+	close(asked)
+	var got []string
+	for a := range asked {
+		got = append(got, a)
+	}
+	if want := fmt.Sprintf("check=true id=%s raft=closed", strings.TrimSpace(string(id))); len(got) != 1 || got[0] != want {
+		t.Fatalf("the cluster was asked %q, want once %q", got, want)
+	}
+	if !strings.Contains(err.Error(), strings.TrimSpace(string(id))) || !strings.Contains(err.Error(), "DELETE /cluster/nodes/B") {
+		t.Fatalf("error does not name this directory's id and the way out: %v", err)
+	}
+	if _, err := loadNodeID(dir); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := loadNodeID(dir); again != strings.TrimSpace(string(id)) {
+		t.Fatalf("the directory's id changed: %s then %s", id, again)
+	}
+}
+
+// TestJoinChecksNodeIDs: the leader refuses a join or a check whose node
+// id is malformed (400) or differs from the one recorded for its tag (409
+// NodeIdConflict), changing nothing; the same id, or a check of a free
+// tag, passes.
+func TestJoinChecksNodeIDs(t *testing.T) {
+	n := testNode(t, t.TempDir())
+	c := client{t, n.HTTPURL()}
+	self := n.selfInfo()
+	if !validNodeID(self.ID) || n.fsm.Nodes()[0].ID != self.ID {
+		t.Fatalf("the node registered %+v, its own id is %q", n.fsm.Nodes()[0], self.ID)
+	}
+	other := strings.Repeat("ab", 16)
+	for body, want := range map[string]int{
+		`{"Check":true,"Node":{"Tag":"A","Id":"` + self.ID + `"}}`:                                                      200,
+		`{"Check":true,"Node":{"Tag":"B","Id":"` + other + `"}}`:                                                        200,
+		`{"Check":true,"Node":{"Tag":"A","Id":"` + other + `"}}`:                                                        409,
+		`{"Check":true,"Node":{"Tag":"A","Id":"XYZ"}}`:                                                                  400,
+		`{"Check":true,"Node":{"Tag":"A"}}`:                                                                             400,
+		`{"Check":true,"Node":{"Tag":"a b","Id":"` + other + `"}}`:                                                      400,
+		`{"Node":{"Tag":"A","Id":"nothex","HttpUrl":"` + self.HttpUrl + `","RaftAddr":"` + self.RaftAddr + `"}}`:        400,
+		`{"Node":{"Tag":"A","Id":"` + other + `","HttpUrl":"` + self.HttpUrl + `","RaftAddr":"` + self.RaftAddr + `"}}`: 409,
+	} {
+		r := c.do("POST", "/cluster/join", body)
+		if r.Status != want {
+			t.Errorf("join %s: %d %s, want %d", body, r.Status, r.Body, want)
+		}
+		if want == 409 && r.json(t)["Type"] != "NodeIdConflict" {
+			t.Errorf("join %s: %s, want Type NodeIdConflict", body, r.Body)
+		}
+	}
+	if nodes := n.fsm.Nodes(); len(nodes) != 1 || nodes[0].ID != self.ID {
+		t.Fatalf("nodes after refused joins: %+v", nodes)
 	}
 }

@@ -32,6 +32,10 @@ type joinRequest struct {
 	// that raft's configuration does not list was removed, and may not
 	// come back with that state.
 	HadState bool `json:"HadState,omitempty"`
+	// Check asks only whether Node.Tag is free for a node of Node.ID
+	// (see checkJoinAllowed): the answer is 200 or a 409 NodeIdConflict,
+	// and nothing changes. Node's addresses are not looked at.
+	Check bool `json:"Check,omitempty"`
 }
 
 // applyReply is POST /internal/raft/apply's answer: the raft index the
@@ -94,12 +98,12 @@ func (n *Node) ensureRegistered(ctx context.Context) error {
 		if m.Tag == self.Tag {
 			n.wasMember.Store(true)
 		}
-		if m.Tag == self.Tag && m.HttpUrl == self.HttpUrl && m.RaftAddr == self.RaftAddr && m.NatsUrl == self.NatsUrl {
+		if m.Tag == self.Tag && m.HttpUrl == self.HttpUrl && m.RaftAddr == self.RaftAddr && m.NatsUrl == self.NatsUrl && m.ID == self.ID {
 			return nil
 		}
 	}
 	if n.raft.r.State() == raft.Leader {
-		return n.addMember(ctx, self)
+		return n.refusedID(n.addMember(ctx, self))
 	}
 	url := n.leaderURL()
 	if url == "" {
@@ -117,11 +121,88 @@ func (n *Node) ensureRegistered(ctx context.Context) error {
 		n.refuseOnce.Do(func() { close(n.refused) })
 		return fmt.Errorf("%w: %s", ErrRemoved, ae.Msg)
 	}
+	return n.refusedID(err)
+}
+
+// refusedID turns a registration's NodeIdConflict answer into
+// ErrNodeIDConflict and stops the node's start on it (see refused).
+func (n *Node) refusedID(err error) error {
+	if ae := (*apiError)(nil); errors.As(err, &ae) && ae.Type == typeOf(raftfsm.ErrNodeIDConflict) {
+		err = n.idConflict(ae.Msg)
+		n.logger.Error("the cluster refused this node's registration", "err", err)
+		n.refuseOnce.Do(func() {
+			n.refuseErr = err
+			close(n.refused)
+		})
+	}
 	return err
+}
+
+// ErrNodeIDConflict means the cluster has a member under this node's tag
+// whose data directory is another one: the node would take over that
+// member's raft identity without its log or its replicas.
+var ErrNodeIDConflict = errors.New("node tag belongs to another data directory")
+
+func (n *Node) idConflict(msg string) error {
+	tag := n.cfg.Node.Tag
+	return fmt.Errorf("%w: %s; this data directory (%s) is node id %s. Start this node under a tag no member has; or, if node %s's data directory is lost for good, remove the node (DELETE /cluster/nodes/%s on another member) and start this one again; or, if this directory is node %s's own and its %s file was lost, put the member's node id back in it",
+		ErrNodeIDConflict, msg, n.cfg.Node.DataDir, n.nodeID, tag, tag, tag, nodeIDFile)
+}
+
+// checkJoinAllowed asks the cluster at raft.join whether this node's tag is
+// free for this data directory, before raft listens: 200 goes on, a
+// NodeIdConflict stops the start. Unreachable members are asked again until
+// ctx ends.
+func (n *Node) checkJoinAllowed(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	body, _ := json.Marshal(joinRequest{Node: raftfsm.NodeInfo{Tag: n.cfg.Node.Tag, ID: n.nodeID}, Check: true})
+	delay := 100 * time.Millisecond
+	for {
+		err := n.postJSON(ctx, n.cfg.Raft.Join+"/cluster/join", body, nil)
+		ae := (*apiError)(nil)
+		switch {
+		case err == nil:
+			return nil
+		case errors.As(err, &ae) && ae.Type == typeOf(raftfsm.ErrNodeIDConflict):
+			return n.idConflict(ae.Msg)
+		case errors.As(err, &ae) && ae.Status/100 == 4:
+			return fmt.Errorf("raft.join %s refused the join: %s", n.cfg.Raft.Join, ae.Msg)
+		}
+		n.logger.Debug("ask the cluster whether this node may join", "raft.join", n.cfg.Raft.Join, "err", err)
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("ask raft.join %s whether node %s may join: %w (last: %v)", n.cfg.Raft.Join, n.cfg.Node.Tag, ctx.Err(), err)
+		case <-t.C:
+		}
+		delay = min(delay*2, 2*time.Second)
+	}
+}
+
+// checkNodeID refuses info when the state has a member of its tag with
+// another data directory's id. A member from before ids existed, or a
+// node that sends none, passes: the first id registered for a tag holds.
+func (n *Node) checkNodeID(info raftfsm.NodeInfo) error {
+	for _, m := range n.fsm.Nodes() {
+		if m.Tag == info.Tag && m.ID != "" && info.ID != "" && m.ID != info.ID {
+			return &apiError{Status: http.StatusConflict, Type: typeOf(raftfsm.ErrNodeIDConflict),
+				Msg: fmt.Sprintf("node %s is a member with another data directory (node id %s, raft %s, HTTP %s), not node id %s", m.Tag, m.ID, m.RaftAddr, m.HttpUrl, info.ID)}
+		}
+	}
+	return nil
 }
 
 // addMember makes info a raft voter and records it; leader only.
 func (n *Node) addMember(ctx context.Context, info raftfsm.NodeInfo) error {
+	n.joinMu.Lock()
+	defer n.joinMu.Unlock()
+	// Before raft hears of it: AddVoter under a member's tag would point the
+	// member's raft identity at this node's address.
+	if err := n.checkNodeID(info); err != nil {
+		return err
+	}
 	f := n.raft.r.GetConfiguration()
 	if err := f.Error(); err != nil {
 		return err
@@ -159,6 +240,9 @@ func checkJoin(info raftfsm.NodeInfo) error {
 	if !config.ValidTag(info.Tag) {
 		return badRequest("Node.Tag %q: must be 1 to 4 letters A-Z", info.Tag)
 	}
+	if info.ID != "" && !validNodeID(info.ID) {
+		return badRequest("Node.Id %q: must be 32 lowercase hex digits", info.ID)
+	}
 	if msg := config.CheckURL(info.HttpUrl, "http", "https"); msg != "" {
 		return badRequest("Node.HttpUrl %q: %s", info.HttpUrl, msg)
 	}
@@ -190,7 +274,7 @@ func (n *Node) inRaftConfiguration(tag string) bool {
 }
 
 func (n *Node) selfInfo() raftfsm.NodeInfo {
-	return raftfsm.NodeInfo{Tag: n.cfg.Node.Tag, HttpUrl: n.HTTPURL(), RaftAddr: string(n.raft.transport.LocalAddr()), NatsUrl: n.bus.clientURL()}
+	return raftfsm.NodeInfo{Tag: n.cfg.Node.Tag, HttpUrl: n.HTTPURL(), RaftAddr: string(n.raft.transport.LocalAddr()), NatsUrl: n.bus.clientURL(), ID: n.nodeID}
 }
 
 // leaderURL is the leader's HTTP URL from the state, or "".
@@ -220,6 +304,23 @@ func (n *Node) handleJoin(w http.ResponseWriter, r *http.Request) {
 	}
 	if n.raft.r.State() != raft.Leader {
 		n.forwardToLeader(w, r, body)
+		return
+	}
+	if req.Check {
+		var err error
+		switch {
+		case !config.ValidTag(req.Node.Tag):
+			err = badRequest("Node.Tag %q: must be 1 to 4 letters A-Z", req.Node.Tag)
+		case !validNodeID(req.Node.ID):
+			err = badRequest("Node.Id %q: must be 32 lowercase hex digits", req.Node.ID)
+		default:
+			err = n.checkNodeID(req.Node)
+		}
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"Leader": n.cfg.Node.Tag})
 		return
 	}
 	if err := checkJoin(req.Node); err != nil {
@@ -368,7 +469,7 @@ func (n *Node) leaderApply(data []byte) (raft.ApplyFuture, error) {
 // remoteError turns a forwarded command's error answer back into the
 // sentinel the state machine returned, so callers can test for it.
 func remoteError(ae *apiError) error {
-	for _, e := range []error{raftfsm.ErrStale, raftfsm.ErrConflict, raftfsm.ErrInvalid, raftfsm.ErrDatabaseExists, raftfsm.ErrDatabaseNotFound, raftfsm.ErrNodeNotFound, raftfsm.ErrOperationNotFound} {
+	for _, e := range []error{raftfsm.ErrStale, raftfsm.ErrConflict, raftfsm.ErrInvalid, raftfsm.ErrDatabaseExists, raftfsm.ErrDatabaseNotFound, raftfsm.ErrNodeNotFound, raftfsm.ErrNodeIDConflict, raftfsm.ErrOperationNotFound} {
 		if ae.Type == typeOf(e) {
 			return sentinelError{sentinel: e, msg: ae.Msg}
 		}

@@ -1,6 +1,8 @@
 package node
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -97,4 +99,52 @@ func writeFileSync(path string, data []byte) error {
 		return err
 	}
 	return os.Rename(tmp, path)
+}
+
+// nodeIDFile names, in the data directory, the directory's identity: a
+// random id made when the directory is first used. The cluster records it
+// with the node's tag, so a node started under a member's tag with another
+// data directory (an empty one, or another node's) is refused before raft
+// talks to it, instead of taking over the member's raft identity with none
+// of its log or replicas.
+const nodeIDFile = "NODE_ID"
+
+// loadNodeID returns the data directory's id, making it on first use
+// (also for a directory from before ids existed).
+func loadNodeID(dir string) (string, error) {
+	path := filepath.Join(dir, nodeIDFile)
+	b, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		id := strings.TrimSpace(string(b))
+		if !validNodeID(id) {
+			return "", fmt.Errorf("node.data-dir %s: %s holds %q, not a node id: restore it, or give the node an empty data directory", dir, nodeIDFile, id)
+		}
+		return id, nil
+	case !errors.Is(err, os.ErrNotExist):
+		return "", fmt.Errorf("node.data-dir %s: read the node id: %w", dir, err)
+	}
+	var raw [16]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return "", fmt.Errorf("node.data-dir %s: make a node id: %w", dir, err)
+	}
+	id := hex.EncodeToString(raw[:])
+	if err := writeFileSync(path, []byte(id+"\n")); err != nil {
+		return "", fmt.Errorf("node.data-dir %s: record the node id: %w", dir, err)
+	}
+	return id, nil
+}
+
+// validNodeID reports whether id has the form loadNodeID makes: 32
+// lowercase hex digits.
+func validNodeID(id string) bool {
+	if len(id) != 32 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }

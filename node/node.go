@@ -129,6 +129,13 @@ type Node struct {
 	// because it was removed (see ErrRemoved); Start then fails.
 	refused    chan struct{}
 	refuseOnce sync.Once
+	refuseErr  error // set once, before refused closes: why (nil: removed)
+	// nodeID is the data directory's id (see loadNodeID), registered with
+	// the node's tag.
+	nodeID string
+	// joinMu passes joins through the leader one at a time, so two nodes
+	// under one tag cannot both pass the identity check (see addMember).
+	joinMu     sync.Mutex
 	regKick    chan struct{}
 	cancel     context.CancelFunc
 	wg         sync.WaitGroup
@@ -179,6 +186,9 @@ func Start(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Nod
 	if err := checkNodeTag(cfg.Node.DataDir, cfg.Node.Tag); err != nil {
 		return nil, err
 	}
+	if n.nodeID, err = loadNodeID(cfg.Node.DataDir); err != nil {
+		return nil, err
+	}
 	n.sendLimit = newSendLimiter(cfg.Resharding.MaxSendBytesPerSec)
 	if cfg.Resharding.MaxSendBytesPerSec > 0 {
 		logger.Info("buckets moved out are sent at a limited rate", "resharding.max-send-bytes-per-sec", cfg.Resharding.MaxSendBytesPerSec)
@@ -216,7 +226,16 @@ func Start(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Nod
 		return nil, fmt.Errorf("http.addr %s: %w", cfg.HTTP.Addr, err)
 	}
 	bootstrap := cfg.Raft.Bootstrap && cfg.Raft.Join == ""
-	if n.raft, err = startRaft(cfg.RaftDir(), cfg.Node.Tag, cfg.Raft.Addr, bootstrap, cfg.Raft.Join != "", n.dialer, n.fsm, logger); err != nil {
+	// A node with no raft state that joins asks the cluster first whether
+	// its tag is free for this data directory: raft listens from here on,
+	// and a member's peers would send it the member's log under the tag.
+	beforeListen := func(existing bool) error {
+		if existing || cfg.Raft.Join == "" {
+			return nil
+		}
+		return n.checkJoinAllowed(ctx)
+	}
+	if n.raft, err = startRaft(cfg.RaftDir(), cfg.Node.Tag, cfg.Raft.Addr, bootstrap, cfg.Raft.Join != "", n.dialer, n.fsm, beforeListen, logger); err != nil {
 		return nil, err
 	}
 	if err := claimNodeTag(cfg.Node.DataDir, cfg.Node.Tag); err != nil {

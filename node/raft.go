@@ -34,30 +34,42 @@ type raftNode struct {
 
 // startRaft opens the raft stores under dir and starts raft with fsm. A
 // fresh directory bootstraps a one-node cluster when bootstrap is set.
-// join says raft.join is set (see checkRaftAddr).
-func startRaft(dir, tag, addr string, bootstrap, join bool, d dialer, fsm *raftfsm.FSM, logger *slog.Logger) (*raftNode, error) {
+// join says raft.join is set (see checkRaftAddr). beforeListen, if not nil,
+// runs once the stores say whether they hold state and before the raft
+// transport listens; its error stops the start.
+func startRaft(dir, tag, addr string, bootstrap, join bool, d dialer, fsm *raftfsm.FSM, beforeListen func(existing bool) error, logger *slog.Logger) (*raftNode, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("raft dir: %w", err)
 	}
 	hl := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, DisableTime: true, Output: slogWriter{logger.With("component", "raft")}})
-	// No separate advertise address: the listener's own (with the real port
-	// when raft.addr asks for port 0) is what peers dial.
-	streams, err := listenRaft(addr, d)
-	if err != nil {
-		return nil, fmt.Errorf("raft transport on %s: %w", addr, err)
-	}
-	transport := raft.NewNetworkTransportWithLogger(streams, 8, 10*time.Second, hl)
 	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, "raft.db")})
 	if err != nil {
-		transport.Close()
 		return nil, fmt.Errorf("raft log store: %w", err)
 	}
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, 2, hl)
 	if err != nil {
-		transport.Close()
 		store.Close()
 		return nil, fmt.Errorf("raft snapshot store: %w", err)
 	}
+	existing, err := raft.HasExistingState(store, store, snaps)
+	if err != nil {
+		store.Close()
+		return nil, fmt.Errorf("raft state: %w", err)
+	}
+	if beforeListen != nil {
+		if err := beforeListen(existing); err != nil {
+			store.Close()
+			return nil, err
+		}
+	}
+	// No separate advertise address: the listener's own (with the real port
+	// when raft.addr asks for port 0) is what peers dial.
+	streams, err := listenRaft(addr, d)
+	if err != nil {
+		store.Close()
+		return nil, fmt.Errorf("raft transport on %s: %w", addr, err)
+	}
+	transport := raft.NewNetworkTransportWithLogger(streams, 8, 10*time.Second, hl)
 	conf := raft.DefaultConfig()
 	conf.LocalID = raft.ServerID(tag)
 	conf.Logger = hl
@@ -70,12 +82,6 @@ func startRaft(dir, tag, addr string, bootstrap, join bool, d dialer, fsm *raftf
 	conf.ElectionTimeout = 1000 * time.Millisecond
 	conf.LeaderLeaseTimeout = 500 * time.Millisecond
 	conf.SnapshotThreshold = 1024
-	existing, err := raft.HasExistingState(store, store, snaps)
-	if err != nil {
-		transport.Close()
-		store.Close()
-		return nil, fmt.Errorf("raft state: %w", err)
-	}
 	// The latest entries stay in memory: a leader sends each new entry to
 	// its followers right after storing it, and read it back from bolt
 	// for that (3% of a resharding node's CPU).

@@ -53,8 +53,11 @@ func (n *Node) waitLeader(ctx context.Context) error {
 }
 
 // errRefused is Start's error when the leader refused this node's
-// registration because the cluster removed it.
+// registration: because the cluster removed it, or for refuseErr.
 func (n *Node) errRefused() error {
+	if n.refuseErr != nil {
+		return n.refuseErr
+	}
 	return fmt.Errorf("%w: the leader refused node %s: its data directory belongs to a membership that ended; start it with an empty data directory to add it again", ErrRemoved, n.cfg.Node.Tag)
 }
 

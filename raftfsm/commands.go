@@ -58,6 +58,9 @@ var (
 	ErrDatabaseNotFound = errors.New("database does not exist")
 	// ErrNodeNotFound means no node has that tag.
 	ErrNodeNotFound = errors.New("node not found")
+	// ErrNodeIDConflict means a node registered under a member's tag with
+	// another data directory than the member's (see NodeInfo.ID).
+	ErrNodeIDConflict = errors.New("node id conflict")
 	// ErrInvalid wraps every validation failure of a command's content.
 	ErrInvalid = errors.New("invalid request")
 )
@@ -326,6 +329,12 @@ func applyAddNode(s *State, index uint64, c *AddNode) (any, error) {
 	n := c.Node
 	old, ok := s.Nodes[n.Tag]
 	if ok {
+		if old.ID != "" && n.ID != "" && old.ID != n.ID {
+			return nil, fmt.Errorf("%w: node %s is a member with another data directory (node id %s, not %s)", ErrNodeIDConflict, n.Tag, old.ID, n.ID)
+		}
+		if n.ID == "" {
+			n.ID = old.ID
+		}
 		n.JoinedAt = old.JoinedAt
 	} else {
 		n.JoinedAt = c.At

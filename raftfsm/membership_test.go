@@ -149,3 +149,44 @@ func TestNodesIndexFollowsTheNodeList(t *testing.T) {
 		t.Fatalf("NodesIndex %d after a snapshot, want 8", got)
 	}
 }
+
+// TestAddNodeKeepsTheFirstDataDirectoryID: the first id registered for a
+// tag holds. A registration with another id is refused and changes
+// nothing; one without an id (a node from before ids) keeps the recorded
+// one; after a removal the tag is free for any id. The id survives a
+// snapshot.
+func TestAddNodeKeepsTheFirstDataDirectoryID(t *testing.T) {
+	f := threeNodes(t)
+	id1, id2 := "11111111111111111111111111111111", "22222222222222222222222222222222"
+	node := func(id, raft string) *AddNode {
+		return &AddNode{Meta: Meta{At: t0}, Node: NodeInfo{Tag: "D", HttpUrl: "http://127.0.0.1:1", RaftAddr: raft, ID: id}}
+	}
+	recorded := func(f *FSM) NodeInfo {
+		for _, m := range f.Nodes() {
+			if m.Tag == "D" {
+				return m
+			}
+		}
+		return NodeInfo{}
+	}
+	mustApply(t, f, 4, node("", "127.0.0.1:2"))
+	mustApply(t, f, 5, node(id1, "127.0.0.1:2")) // the member from before ids registers its id
+	if r := f.ApplyCommand(6, node(id2, "127.0.0.1:3")); !errors.Is(r.Err, ErrNodeIDConflict) {
+		t.Fatalf("another data directory under D: %v, want ErrNodeIDConflict", r.Err)
+	}
+	if got := recorded(f); got.ID != id1 || got.RaftAddr != "127.0.0.1:2" {
+		t.Fatalf("after the refused registration D is %+v", got)
+	}
+	mustApply(t, f, 7, node("", "127.0.0.1:4"))
+	if got := recorded(f); got.ID != id1 || got.RaftAddr != "127.0.0.1:4" {
+		t.Fatalf("after a registration without an id D is %+v", got)
+	}
+	if got := recorded(snapshotRoundTrip(t, f)); got.ID != id1 {
+		t.Fatalf("after a snapshot D is %+v", got)
+	}
+	mustApply(t, f, 8, &RemoveNode{Meta: Meta{At: t0}, Tag: "D"})
+	mustApply(t, f, 9, node(id2, "127.0.0.1:3"))
+	if got := recorded(f); got.ID != id2 {
+		t.Fatalf("after D's removal and a new join D is %+v", got)
+	}
+}

@@ -45,6 +45,12 @@ type NodeInfo struct {
 	RaftAddr string `json:"RaftAddr"`
 	// NatsUrl is the client URL of the node's embedded NATS server, if any.
 	NatsUrl string `json:"NatsUrl,omitempty"`
+	// ID identifies the node's data directory (its NODE_ID file). Once
+	// recorded, a registration of the tag with another id is refused: it
+	// would be another directory under this member's name, without its
+	// raft log or its replicas. Empty for a node that registered before
+	// ids existed, until it registers again.
+	ID string `json:"Id,omitempty"`
 	// JoinedAt is when the node was added.
 	JoinedAt time.Time `json:"JoinedAt"`
 }

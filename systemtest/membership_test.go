@@ -2,13 +2,18 @@ package systemtest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
 	"github.com/shardnode/shardnode/config"
 	"github.com/shardnode/shardnode/freeport"
@@ -287,4 +292,104 @@ func TestRestartWithChangedRaftAddrIsRefused(t *testing.T) {
 	})
 	testcluster.Must(t, 201, "PUT", c.URL(leader)+"/admin/databases/db", `{"Shards":1,"ReplicationFactor":3}`)
 	testcluster.Must(t, 201, "PUT", victim.URL()+"/databases/db/docs?id=a&waitForReplicas=3", `{"v":1}`)
+}
+
+// TestNodeUnderAMembersTagWithAnotherDataDirectoryIsRefused: a node started
+// under a member's tag with another data directory (an empty one, at the
+// member's own addresses or at new ones) is refused at start, before raft
+// hears of it: the member keeps its raft address and its record, and
+// comes back with its own directory. Once the member is removed, an empty
+// directory may take the tag.
+func TestNodeUnderAMembersTagWithAnotherDataDirectoryIsRefused(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{Nodes: 3})
+	leader := c.Leader()
+	L := c.URL(leader)
+	victim := c.Members[1]
+	if leader == 1 {
+		victim = c.Members[2]
+	}
+	testcluster.Must(t, 201, "PUT", L+"/admin/databases/db", `{"Shards":2,"ReplicationFactor":2}`)
+	testcluster.Must(t, 201, "PUT", L+"/databases/db/docs?id=users/1&waitForReplicas=2", `{"v":1}`)
+	listed := func() string {
+		r := testcluster.Must(t, 200, "GET", L+"/cluster", "")
+		var view struct {
+			Nodes []struct{ Tag, RaftAddr, Id string }
+		}
+		if err := json.Unmarshal(r.Body, &view); err != nil {
+			t.Fatalf("GET /cluster: %v: %s", err, r.Body)
+		}
+		for _, m := range view.Nodes {
+			if m.Tag == victim.Tag {
+				return m.RaftAddr + " " + m.Id
+			}
+		}
+		return ""
+	}
+	ownID, err := os.ReadFile(filepath.Join(victim.Dir, "NODE_ID"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := listed()
+	if want := fmt.Sprintf("127.0.0.1:%d %s", victim.RaftPort, strings.TrimSpace(string(ownID))); before != want {
+		t.Fatalf("node %s listed as %q, want %q", victim.Tag, before, want)
+	}
+	victim.Stop()
+	ports, err := freeport.Take(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, raftAddr := range []string{fmt.Sprintf("127.0.0.1:%d", victim.RaftPort), fmt.Sprintf("127.0.0.1:%d", ports[0])} {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		start := time.Now()
+		dir := t.TempDir()
+		err := victim.StartInProcess(ctx, func(cfg *config.Config) {
+			cfg.Node.DataDir = dir
+			cfg.Raft.Addr = raftAddr
+		})
+		cancel()
+		if !errors.Is(err, node.ErrNodeIDConflict) {
+			t.Fatalf("node %s with an empty data directory at raft %s: %v, want ErrNodeIDConflict", victim.Tag, raftAddr, err)
+		}
+		// Refused before raft listened: no member sent it the log.
+		store, serr := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, "raft", "raft.db")})
+		if serr != nil {
+			t.Fatal(serr)
+		}
+		last, serr := store.LastIndex()
+		store.Close()
+		if serr != nil || last != 0 {
+			t.Fatalf("the refused node's raft log holds entries up to %d (%v): a member's log reached it", last, serr)
+		}
+		for _, want := range []string{strings.TrimSpace(string(ownID)), "DELETE /cluster/nodes/" + victim.Tag} {
+			if !strings.Contains(err.Error(), want) {
+				t.Fatalf("error does not name %q: %v", want, err)
+			}
+		}
+		t.Logf("raft %s: refused after %v: %v", raftAddr, time.Since(start).Round(time.Millisecond), err)
+		if after := listed(); after != before {
+			t.Fatalf("after the refused start node %s is listed as %q, was %q", victim.Tag, after, before)
+		}
+	}
+	victim.Start()
+	testcluster.Must(t, 201, "PUT", victim.URL()+"/databases/db/docs?id=users/2&waitForReplicas=2", `{"v":2}`)
+	testcluster.Must(t, 200, "GET", victim.URL()+"/databases/db/docs?id=users/1", "")
+
+	// The member's data directory lost for good: remove it, and an empty
+	// directory joins under its tag.
+	victim.Stop()
+	testcluster.Must(t, 204, "DELETE", L+"/cluster/nodes/"+victim.Tag, "")
+	fresh := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := victim.StartInProcess(ctx, func(cfg *config.Config) { cfg.Node.DataDir = fresh }); err != nil {
+		t.Fatalf("node %s with an empty data directory after its removal: %v", victim.Tag, err)
+	}
+	newID, err := os.ReadFile(filepath.Join(fresh, "NODE_ID"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := listed(), fmt.Sprintf("127.0.0.1:%d %s", victim.RaftPort, strings.TrimSpace(string(newID))); got != want {
+		t.Fatalf("node %s listed as %q after it joined again, want %q", victim.Tag, got, want)
+	}
+	testcluster.Must(t, 201, "PUT", victim.URL()+"/databases/db/docs?id=users/3&waitForReplicas=2", `{"v":3}`)
 }
