@@ -153,6 +153,8 @@ func (c reshardCluster) ThrottleSend(ctx context.Context, bytes int) error {
 	return c.n.sendLimit.wait(ctx, bytes)
 }
 
+func (c reshardCluster) SendLimit() int64 { return c.n.sendLimit.limit() }
+
 // sendLimitBody is the body of GET and PUT /admin/resharding/send-limit.
 type sendLimitBody struct {
 	Node           string `json:"Node,omitempty"`

@@ -620,7 +620,15 @@ func (s *sender) add(d *storage.Document) {
 	s.size += len(d.Body) + len(d.ID) + len(d.ChangeVector) + 64
 }
 
-func (s *sender) full() bool { return len(s.batch) >= batchItems || s.size >= batchBytes }
+func (s *sender) full() bool {
+	if len(s.batch) >= batchItems {
+		return true
+	}
+	if s.throttle {
+		return s.size >= batchBytesFor(s.a.c.SendLimit())
+	}
+	return s.size >= batchBytes
+}
 
 // maxInflightBatches bounds the batches a sender has on the wire at once:
 // the destination stores each as it arrives (by version, so their order

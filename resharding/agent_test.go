@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -30,6 +31,7 @@ type fakeCluster struct {
 	proposed  []raftfsm.Command
 	sent      []int // each batch's size, as the sender counts it
 	throttled []int // each ThrottleSend's bytes
+	limit     int64 // SendLimit's answer
 	announced []LastPass
 	// onSend, if set, runs once, at the first batch sent.
 	onSend   func()
@@ -184,6 +186,12 @@ func (c *fakeCluster) Record(string) *raftfsm.DatabaseRecord {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.rec
+}
+
+func (c *fakeCluster) SendLimit() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.limit
 }
 
 func (c *fakeCluster) ThrottleSend(_ context.Context, bytes int) error {
@@ -655,5 +663,61 @@ func testSenderLease(t *testing.T, busy bool) {
 	defer c.mu.Unlock()
 	if len(c.leaseAsks) != asks {
 		t.Fatalf("%d leases asked after the sender ended", len(c.leaseAsks)-asks)
+	}
+}
+
+// TestPacedBatchesAreASecondsWorth: with a move bandwidth set, a Moving
+// bucket's batches hold about a second's worth of bytes (one document
+// more at most), so a paced move stores a batch every second or so
+// instead of one 4 MiB batch every few minutes, which its view flagged
+// stuck; without one they are as large as before.
+func TestPacedBatchesAreASecondsWorth(t *testing.T) {
+	st, err := storage.Open(storage.Options{Dir: t.TempDir(), NodeTag: "B"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	body := []byte(`{"s":"` + strings.Repeat("x", 4000) + `"}`)
+	var ops []storage.Op
+	for i := 0; i < 40; i++ {
+		ops = append(ops, storage.Op{Kind: storage.OpPut, ID: fmt.Sprintf("orders/%d$tenants/9", i), Collection: "Orders", Body: body})
+	}
+	if _, err := st.Write(context.Background(), ops); err != nil {
+		t.Fatal(err)
+	}
+	b := bucket.ForID("tenants/9")
+	for _, limit := range []int64{0, 32 << 10, 1} {
+		m := raftfsm.BucketMigration{Bucket: b, SourceShard: 0, DestinationShard: 1, Status: raftfsm.MigrationMoving, MigrationIndex: 7}
+		rec := &raftfsm.DatabaseRecord{DatabaseName: "db", DatabaseID: "dbid"}
+		rec.Sharding.BucketMigrations = map[uint32]*raftfsm.BucketMigration{b: &m}
+		c := &fakeCluster{rec: rec, limit: limit}
+		a := &Agent{c: c, db: "db", shard: 0, s: st, logger: slog.New(slog.DiscardHandler)}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- a.send(ctx, m) }()
+		c.await(t, "the bucket reported sent", func() bool { return len(c.proposed) > 0 })
+		cancel()
+		<-done
+		c.mu.Lock()
+		sent := slices.Clone(c.sent)
+		c.mu.Unlock()
+		total := 0
+		for _, n := range sent {
+			total += n
+		}
+		bound := batchBytesFor(limit)
+		// Batches go out concurrently: the short last one may come first.
+		slices.Sort(sent)
+		slices.Reverse(sent)
+		if limit == 0 && len(sent) != 1 {
+			t.Errorf("no limit: batches of %v bytes, want one", sent)
+		}
+		for i, n := range sent {
+			// Each batch closes at its bound, the last one on what is left.
+			if n >= bound+len(body)+200 || (i < len(sent)-1 && n < bound) {
+				t.Errorf("limit %d B/s: batches of %v bytes (%d in all), want batches of %d bytes and up to one document more", limit, sent, total, bound)
+				break
+			}
+		}
 	}
 }

@@ -51,6 +51,9 @@ type Cluster interface {
 	// sends) allows a batch of bytes more, at once when it is unlimited,
 	// or with ctx's error.
 	ThrottleSend(ctx context.Context, bytes int) error
+	// SendLimit is this node's move bandwidth in bytes per second, 0 for
+	// none: a paced sender makes its batches about a second's worth.
+	SendLimit() int64
 	// WaitAllApplied returns once every reachable node applied index.
 	WaitAllApplied(ctx context.Context, index uint64) error
 	// NotePurge is called before a source replica purges a moved bucket:
@@ -227,6 +230,23 @@ const (
 	stuckAfter     = 60 * time.Second
 	reportFailures = 3 // a step failing this many times in a row is recorded
 )
+
+// minPacedBatch is the smallest batch bound of a paced sender (see
+// batchBytesFor).
+const minPacedBatch = 16 << 10
+
+// batchBytesFor is a Moving bucket's batch bound at a move bandwidth of
+// bps bytes per second (0: none): about a second's worth, so that a paced
+// move stores a batch every second or so, and what it shows (Sent, the
+// rate, the stuck test's "no batch stored for 60 s") moves as it does.
+// At 25 KiB/s a 4 MiB batch took nearly three minutes, and a healthy
+// paced move was flagged stuck.
+func batchBytesFor(bps int64) int {
+	if bps <= 0 || bps >= batchBytes {
+		return batchBytes
+	}
+	return int(max(bps, minPacedBatch))
+}
 
 // StuckAfter is how long a migration may stay in one status before the API
 // calls it stuck.
