@@ -52,8 +52,15 @@ func (n *Node) handleEvents(w http.ResponseWriter, r *http.Request) {
 		send("deleted", last, map[string]string{"Database": db})
 		return
 	}
+	// The operations as they stand, newest first as GET .../resharding
+	// lists them (the record holds them by id, in no order).
+	views := make([]operationView, 0, len(rec.Sharding.Resharding))
 	for _, op := range rec.Sharding.Resharding {
-		if !send("operation", rec.Etag, n.viewOperation(r.Context(), rec, op)) {
+		views = append(views, n.viewOperation(r.Context(), rec, op))
+	}
+	sortOperations(views)
+	for _, v := range views {
+		if !send("operation", rec.Etag, v) {
 			return
 		}
 	}

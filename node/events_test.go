@@ -2,10 +2,12 @@ package node
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -202,4 +204,41 @@ func TestEventsQuietDatabaseKeepsUpWithTheJournal(t *testing.T) {
 		}
 	}
 	t.Fatalf("stream ended (%v) before the quiet database's operation %s", sc.Err(), id)
+}
+
+// TestEventsStartWithTheOperationsNewestFirst: a new stream begins with
+// the database's operations as GET /resharding lists them, newest first,
+// whatever order the record holds them in.
+func TestEventsStartWithTheOperationsNewestFirst(t *testing.T) {
+	n := testNode(t, t.TempDir())
+	c := client{t, n.HTTPURL()}
+	c.must(201, "PUT", "/admin/databases/db", `{"Shards": 2}`)
+	for i := 0; i < 6; i++ {
+		c.must(202, "POST", "/databases/db/resharding", fmt.Sprintf(`{"FromBucket": %d, "ToBucket": %d, "ToShard": 1}`, 10+i, 10+i))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", n.HTTPURL()+"/databases/db/events", nil)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	sc := bufio.NewScanner(res.Body)
+	sc.Buffer(nil, 1<<20)
+	var starts []float64
+	for len(starts) < 6 && sc.Scan() {
+		if line := sc.Text(); strings.HasPrefix(line, "data: ") {
+			var d map[string]any
+			if err := json.Unmarshal([]byte(line[6:]), &d); err != nil {
+				t.Fatalf("event data %s: %v", line, err)
+			}
+			if s, ok := d["StartIndex"].(float64); ok {
+				starts = append(starts, s)
+			}
+		}
+	}
+	if len(starts) != 6 || !slices.IsSortedFunc(starts, func(a, b float64) int { return cmp.Compare(b, a) }) {
+		t.Fatalf("the stream began with operations started at %v, want six, newest first", starts)
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -439,11 +440,18 @@ func (n *Node) handleStartResharding(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.FromBucket == nil || req.ToBucket == nil || req.ToShard == nil {
-		writeError(w, badRequest(`give "FromBucket", "ToBucket" and "ToShard"`))
+		var missing []string
+		for name, v := range map[string]bool{"FromBucket": req.FromBucket == nil, "ToBucket": req.ToBucket == nil, "ToShard": req.ToShard == nil} {
+			if v {
+				missing = append(missing, strconv.Quote(name))
+			}
+		}
+		slices.Sort(missing)
+		writeError(w, badRequest(`missing %s: give "FromBucket", "ToBucket" and "ToShard"`, strings.Join(missing, ", ")))
 		return
 	}
 	if *req.FromBucket < 0 || *req.FromBucket > *req.ToBucket || *req.ToBucket > 1<<20-1 {
-		writeError(w, badRequest("bucket range %d-%d: need 0 <= FromBucket <= ToBucket <= %d", *req.FromBucket, *req.ToBucket, 1<<20-1))
+		writeError(w, badRequest("bucket range FromBucket %d to ToBucket %d: need 0 <= FromBucket <= ToBucket <= %d", *req.FromBucket, *req.ToBucket, 1<<20-1))
 		return
 	}
 	if *req.ToShard < 0 {

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -37,11 +39,14 @@ change owner together. Reads and writes go on during the move: a document
 is readable throughout, and no acknowledged write is lost.
 
 While it runs, a terminal shows one progress line redrawn in place: percent
-done, buckets done of total, documents and bytes moved, the recent rate
-(in "data buckets/s", the buckets that moved with data: empty buckets
-change owner in bulk, thousands at once, and are not counted in it; and in
-bytes/s), the elapsed time, and the buckets migrating now with their step
-(Moving, Moved, OwnershipTransferred). When the output is not a
+done (of the bytes to move, estimated when following starts from what the
+range holds on other shards; of the buckets when there is no estimate),
+buckets done of total, documents and bytes moved (of the estimate), the
+recent rate (in "data buckets/s", the buckets that moved with data: empty
+buckets change owner in bulk, thousands at once, and are not counted in
+it; and in bytes/s, what is sent of a bucket still moving included), the
+elapsed time and an ETA, and the buckets migrating now with their step
+(Moving, Moved, OwnershipTransferred, FinalPass). When the output is not a
 terminal (or with --plain) it prints a plain line instead each time the
 progress changes (a bucket done, a bucket failing or stuck, the end), and
 every 10s while nothing does. Buckets that keep failing or sit in one step
@@ -166,6 +171,7 @@ func followOperation(ctx context.Context, c *apiClient, db, id string, since tim
 	width, tty := outputTerminal(out)
 	tr := newTracker(out, tty && !plain, width, time.Now)
 	tr.since = since
+	tr.total = estimateTotal(ctx, c, db, id)
 	fl := &follower{c: c, db: db, id: id, opts: opts, tr: tr, now: time.Now}
 	op, err := fl.run(ctx)
 	tr.end()
@@ -190,4 +196,43 @@ func followOperation(ctx context.Context, c *apiClient, db, id string, since tim
 		return fmt.Errorf("operation %s ended %s", id, op.Status)
 	}
 	return nil
+}
+
+// estimateTotal estimates the bytes operation id of db moves in all: what
+// it moved so far plus what the range holds on shards other than its
+// destination (GET /databases/{db}/buckets, each bucket counted on its
+// owner). 0 when the node does not tell within 2 s, or the operation has
+// finished; progress then counts buckets.
+func estimateTotal(ctx context.Context, c *apiClient, db, id string) int64 {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	var op operation
+	if err := c.getJSON(ctx, dbPath(db, "resharding/"+id), nil, &op); err != nil || op.finished() {
+		return 0
+	}
+	var report struct {
+		Groups []struct {
+			ByShard []struct {
+				Shard        int   `json:"Shard"`
+				Size         int64 `json:"Size"`
+				NotOwnedSize int64 `json:"NotOwnedSize"`
+			} `json:"ByShard"`
+		} `json:"Groups"`
+	}
+	q := url.Values{"from": {strconv.FormatUint(uint64(op.FromBucket), 10)}, "to": {strconv.FormatUint(uint64(op.ToBucket), 10)}, "groups": {"1"}}
+	if err := c.getJSON(ctx, dbPath(db, "buckets"), q, &report); err != nil {
+		return 0
+	}
+	left := int64(0)
+	for _, g := range report.Groups {
+		for _, sh := range g.ByShard {
+			if sh.Shard != op.ToShard {
+				left += max(sh.Size-sh.NotOwnedSize, 0)
+			}
+		}
+	}
+	if left == 0 {
+		return 0 // nothing left to carry: count buckets
+	}
+	return movedBytes(op) + left
 }

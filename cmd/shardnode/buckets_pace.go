@@ -101,5 +101,11 @@ func formatPace(bytesPerSec int64) string {
 	if bytesPerSec == 0 {
 		return "no limit"
 	}
-	return fmt.Sprintf("%.1f MiB/s (%d bytes/s)", float64(bytesPerSec)/(1<<20), bytesPerSec)
+	switch {
+	case bytesPerSec >= 1<<20:
+		return fmt.Sprintf("%.1f MiB/s (%d bytes/s)", float64(bytesPerSec)/(1<<20), bytesPerSec)
+	case bytesPerSec >= 1<<10:
+		return fmt.Sprintf("%.1f KiB/s (%d bytes/s)", float64(bytesPerSec)/(1<<10), bytesPerSec)
+	}
+	return fmt.Sprintf("%d bytes/s", bytesPerSec)
 }

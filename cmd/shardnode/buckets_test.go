@@ -872,7 +872,7 @@ func TestMoveCancelledWaitsForBucketInFlight(t *testing.T) {
 			if !strings.HasPrefix(last, "Cancelled 40.0%, 4/10 buckets, 1 doc, 150 B, ") || strings.Contains(last, "waiting") || strings.Contains(last, "now:") {
 				t.Errorf("last progress line %q", last)
 			}
-			m := regexp.MustCompile(`Average +[0-9.]+ ms per bucket with data \(([0-9.]+ data buckets/s)\)\n  Throughput  (.*)\n`).FindStringSubmatch(got)
+			m := regexp.MustCompile(`Average +[0-9.]+ ?m?s per bucket with data \(([0-9.]+ data buckets/s)\)\n  Throughput  (.*)\n`).FindStringSubmatch(got)
 			if m == nil {
 				t.Fatalf("summary has no average and throughput:\n%s", got)
 			}
@@ -974,5 +974,70 @@ func TestStatusTextShowsWhatWasSent(t *testing.T) {
 	}
 	if got, want := currentText([]bucketMigration{m, {Bucket: 9, Status: "Moved"}}, 5), "5 Moving (150 MB sent), 9 Moved"; got != want {
 		t.Errorf("currentText = %q, want %q", got, want)
+	}
+}
+
+// TestProgressCountsBytesWhenEstimated: with an estimate of the bytes to
+// move, the share done, the size and the ETA count bytes, those sent of a
+// bucket still Moving included, so a move of a few large buckets among
+// many empty ones does not read 99% at once, nor 0% for the whole copy of
+// one large bucket; it reaches 100% only when settled. Without an
+// estimate the share counts buckets, as before.
+func TestProgressCountsBytesWhenEstimated(t *testing.T) {
+	op := operation{Status: statusRunning, BucketsTotal: 50001, BucketsDone: 49758, BytesMoved: 10 << 20,
+		CurrentBuckets: []bucketMigration{{Bucket: 7, Status: "Moving", Sent: &sentProgress{Bytes: 30 << 20}}, {Bucket: 8, Status: "Moved"}}}
+	v := progressView{Op: op, Total: 100 << 20, ByteRate: 4 << 20, BucketRate: 1}
+	if got := v.share(); got != 40 {
+		t.Errorf("share %v, want 40 (10 MiB done and 30 MiB sent of 100)", got)
+	}
+	if got, want := v.eta(), "ETA 15s"; got != want {
+		t.Errorf("eta %q, want %q", got, want)
+	}
+	if got := v.sizeText(); got != humanBytes(40<<20)+" of ~"+humanBytes(100<<20) {
+		t.Errorf("size %q", got)
+	}
+	line := renderPlain(v)
+	for _, want := range []string{"40.0%", "ETA 15s", "of ~"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("plain line %q lacks %q", line, want)
+		}
+	}
+	if tty := renderTTY(v, 200); !strings.Contains(tty, " 40.0%") || !strings.Contains(tty, "ETA") {
+		t.Errorf("terminal line %q", tty)
+	}
+	over := v
+	over.Op.BytesMoved = 200 << 20
+	if got := over.share(); got != 99.9 {
+		t.Errorf("past the estimate while running: %v, want 99.9", got)
+	}
+	done := v
+	done.Op.Status, done.Op.CurrentBuckets = statusCompleted, nil
+	if got := done.share(); got != 100 || done.eta() != "" {
+		t.Errorf("settled: share %v eta %q, want 100 and none", got, done.eta())
+	}
+	plain := v
+	plain.Total = 0
+	if got := plain.share(); got != 99.5 || plain.eta() != "" || plain.sizeText() != humanBytes(10<<20) {
+		t.Errorf("without an estimate: share %v eta %q size %q, want the buckets' 99.5, no ETA, the bytes of the buckets done", got, plain.eta(), plain.sizeText())
+	}
+}
+
+// TestByteRateCountsWhatIsInFlight: the byte rate includes what the
+// sender of a bucket in Moving has had stored, so a long copy shows its
+// rate while it runs instead of 0 until the bucket changes owner.
+func TestByteRateCountsWhatIsInFlight(t *testing.T) {
+	now := time.Unix(1000, 0)
+	tr := newTracker(io.Discard, false, nil, func() time.Time { return now })
+	tr.since = now
+	op := operation{OperationID: "x", Status: statusRunning, BucketsTotal: 1, StartedAt: now,
+		CurrentBuckets: []bucketMigration{{Bucket: 7, Status: "Moving", Sent: &sentProgress{Bytes: 0}}}}
+	tr.setOp(op)
+	tr.sample()
+	now = now.Add(2 * time.Second)
+	op.CurrentBuckets = []bucketMigration{{Bucket: 7, Status: "Moving", Sent: &sentProgress{Bytes: 8 << 20}}}
+	tr.setOp(op)
+	tr.sample()
+	if _, bytes := tr.rates(now, 2*time.Second); bytes != 4<<20 {
+		t.Fatalf("byte rate %v during the copy, want %d", bytes, 4<<20)
 	}
 }

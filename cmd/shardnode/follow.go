@@ -185,6 +185,8 @@ type tracker struct {
 
 	op   *operation
 	note string
+	// total estimates the operation's bytes (see estimateTotal); 0 unknown.
+	total int64
 	// waitSince is when the operation was first seen finished with buckets
 	// still in flight (a cancel); waited is how long it then took to
 	// settle, as this client saw it. wall is the time watched until it
@@ -315,7 +317,7 @@ func (t *tracker) setNote(s string) {
 
 // view is what the progress line shows now.
 func (t *tracker) view() progressView {
-	v := progressView{Op: *t.op, Note: t.note}
+	v := progressView{Op: *t.op, Note: t.note, Total: t.total}
 	if w := inFlightText(*t.op); w != "" {
 		v.Note = strings.TrimPrefix(v.Note+"; "+w, "; ")
 	}
@@ -333,7 +335,7 @@ func (t *tracker) view() progressView {
 // sample records the progress now and forgets samples out of the window.
 func (t *tracker) sample() {
 	now := t.now()
-	t.samples = append(t.samples, rateSample{now, rateCount(*t.op), t.op.BytesMoved})
+	t.samples = append(t.samples, rateSample{now, rateCount(*t.op), movedBytes(*t.op)})
 	// Keep one sample at or before the window's start, so the window is
 	// spanned.
 	for len(t.samples) > 2 && now.Sub(t.samples[1].at) >= rateWindow {
@@ -360,7 +362,7 @@ func (t *tracker) rates(now time.Time, elapsed time.Duration) (float64, float64)
 		}
 	}
 	if s := elapsed.Seconds(); s >= 1 {
-		return float64(count) / s, float64(t.op.BytesMoved) / s
+		return float64(count) / s, float64(movedBytes(*t.op)) / s
 	}
 	return -1, -1
 }

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 )
@@ -10,6 +11,9 @@ import (
 func main() {
 	if err := newRootCmd().Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "shardnode:", err)
+		if errors.Is(err, errInterrupted) {
+			os.Exit(130) // as shells report a command stopped by SIGINT
+		}
 		os.Exit(1)
 	}
 }

@@ -167,8 +167,69 @@ type progressView struct {
 	Op         operation
 	Elapsed    time.Duration
 	BucketRate float64 // per second, of rateCount(Op); negative while unknown
-	ByteRate   float64 // bytes per second; negative while unknown
+	ByteRate   float64 // bytes per second, in-flight buckets' sent bytes included; negative while unknown
 	Note       string  // e.g. "polling: event stream failed"
+	// Total estimates the bytes the whole operation moves (see
+	// estimateTotal); 0 when unknown, and the share done is then counted
+	// in buckets.
+	Total int64
+}
+
+// inFlightBytes is what the senders of the operation's buckets still in
+// Moving have had stored so far (as far as the server shows it: buckets
+// in Moving for over 2 s).
+func inFlightBytes(op operation) int64 {
+	var n int64
+	for _, m := range op.CurrentBuckets {
+		if m.Sent != nil && m.Status == "Moving" {
+			n += m.Sent.Bytes
+		}
+	}
+	return n
+}
+
+// movedBytes is the bytes moved so far: the buckets done and what is sent
+// of those in flight.
+func movedBytes(op operation) int64 {
+	return op.BytesMoved + inFlightBytes(op)
+}
+
+// share is the percentage of the operation done: of its estimated bytes
+// when there is an estimate and the operation moves any (empty buckets
+// change owner by the hundred thousand at once and carry nothing), else
+// of its buckets. Below 100 until the operation is settled: an estimate
+// is only that.
+func (v progressView) share() float64 {
+	op := v.Op
+	if v.Total <= 0 {
+		return percent(op)
+	}
+	if op.settled() {
+		return 100
+	}
+	return math.Floor(min(999, 1000*float64(movedBytes(op))/float64(v.Total))) / 10
+}
+
+// eta estimates the time left from the estimate and the byte rate, or is
+// empty when either is unknown.
+func (v progressView) eta() string {
+	if v.Total <= 0 || v.ByteRate <= 0 || v.Op.finished() {
+		return ""
+	}
+	left := max(v.Total-movedBytes(v.Op), 0)
+	d := time.Duration(float64(left) / v.ByteRate * float64(time.Second)).Round(time.Second)
+	if d < time.Second {
+		return "ETA <1s"
+	}
+	return "ETA " + d.String()
+}
+
+// sizeText is the bytes moved, "of ~TOTAL" when estimated.
+func (v progressView) sizeText() string {
+	if v.Total <= 0 {
+		return humanBytes(v.Op.BytesMoved)
+	}
+	return humanBytes(movedBytes(v.Op)) + " of ~" + humanBytes(max(v.Total, movedBytes(v.Op)))
 }
 
 // rates formats the bucket and byte rates: "1.20 data buckets/s 2.5 MB/s".
@@ -208,12 +269,15 @@ func progressBar(pct float64, width int) string {
 func progressFields(v progressView) []string {
 	op := v.Op
 	f := []string{
-		fmt.Sprintf("%.1f%%", percent(op)),
+		fmt.Sprintf("%.1f%%", v.share()),
 		fmt.Sprintf("%s/%s buckets", humanCount(op.BucketsDone), humanCount(op.BucketsTotal)),
 		docCount(op.DocumentsMoved),
-		humanBytes(op.BytesMoved),
+		v.sizeText(),
 		v.rates(),
 		formatElapsed(v.Elapsed),
+	}
+	if eta := v.eta(); eta != "" {
+		f = append(f, eta)
 	}
 	if a := alertsText(op); a != "" {
 		f = append(f, a)
@@ -234,14 +298,17 @@ func alertsText(op operation) string {
 // docs, then the rates and bytes, then the elapsed time.
 func ttyLayouts(v progressView) [][]string {
 	op := v.Op
-	pct := fmt.Sprintf("%5.1f%%", percent(op))
+	pct := fmt.Sprintf("%5.1f%%", v.share())
 	counts := fmt.Sprintf("%s/%s", humanCount(op.BucketsDone), humanCount(op.BucketsTotal))
 	docs := docCount(op.DocumentsMoved)
-	size := humanBytes(op.BytesMoved)
+	size := v.sizeText()
 	rates := v.rates()
 	short := fmt.Sprintf("%s/s %s", formatRate(v.BucketRate), formatByteRate(v.ByteRate))
 	elapsed := formatElapsed(v.Elapsed)
-	bar := func(w int) string { return progressBar(percent(op), w) }
+	if eta := v.eta(); eta != "" {
+		elapsed += " " + eta
+	}
+	bar := func(w int) string { return progressBar(v.share(), w) }
 	layouts := [][]string{
 		{bar(20), pct, counts + " buckets", docs, size, rates, elapsed},
 		{bar(10), pct, counts + " buckets", docs, size, rates, elapsed},
@@ -407,8 +474,13 @@ func renderSummary(op operation, wall, waited time.Duration) string {
 	} else {
 		fmt.Fprintf(&b, "  Duration    %s\n", formatElapsed(d))
 	}
+	// Per bucket: milliseconds with two decimals below a second, else a
+	// duration ("19.4s", not "19426.48 ms").
 	ms := func(n int64) string {
-		return strconv.FormatFloat(float64(d)/float64(time.Millisecond)/float64(n), 'f', 2, 64)
+		if per := d / time.Duration(n); per >= time.Second {
+			return formatElapsed(per)
+		}
+		return strconv.FormatFloat(float64(d)/float64(time.Millisecond)/float64(n), 'f', 2, 64) + " ms"
 	}
 	perSecond := func(n int64) string {
 		return formatRate(float64(n) / d.Seconds())
@@ -417,11 +489,11 @@ func renderSummary(op operation, wall, waited time.Duration) string {
 	case op.BucketsMigrated > 0 && d > 0:
 		// Empty buckets change owner in a few raft commands, so the
 		// duration is the moves of the buckets with data.
-		fmt.Fprintf(&b, "  Average     %s ms per bucket with data (%s %s)\n", ms(op.BucketsMigrated), perSecond(op.BucketsMigrated), rateUnit(op))
+		fmt.Fprintf(&b, "  Average     %s per bucket with data (%s %s)\n", ms(op.BucketsMigrated), perSecond(op.BucketsMigrated), rateUnit(op))
 	case op.BucketsDone > 0 && op.DocumentsMoved == 0:
 		b.WriteString("  Average     - (every bucket was empty and changed owner at once)\n")
 	case op.BucketsDone > 0 && d > 0: // a server that does not report BucketsMigrated
-		fmt.Fprintf(&b, "  Average     %s ms per bucket (%s %s)\n", ms(op.BucketsDone), perSecond(op.BucketsDone), rateUnit(op))
+		fmt.Fprintf(&b, "  Average     %s per bucket (%s %s)\n", ms(op.BucketsDone), perSecond(op.BucketsDone), rateUnit(op))
 	case op.BucketsDone > 0:
 		b.WriteString("  Average     -\n")
 	default:
