@@ -207,7 +207,7 @@ func estimateTotal(ctx context.Context, c *apiClient, db, id string) int64 {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	var op operation
-	if err := c.getJSON(ctx, dbPath(db, "resharding/"+id), nil, &op); err != nil || op.finished() {
+	if err := c.getJSON(ctx, dbPath(db, "resharding", id), nil, &op); err != nil || op.finished() {
 		return 0
 	}
 	var report struct {

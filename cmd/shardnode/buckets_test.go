@@ -1041,3 +1041,41 @@ func TestByteRateCountsWhatIsInFlight(t *testing.T) {
 		t.Fatalf("byte rate %v during the copy, want %d", bytes, 4<<20)
 	}
 }
+
+// TestEstimateTotal: the estimate is what the operation moved plus the
+// range's owned bytes on the shards other than its destination, read from
+// the operation and the buckets report; 0 for a finished operation or a
+// node that does not answer.
+func TestEstimateTotal(t *testing.T) {
+	status := statusRunning
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/databases/shop/resharding/" + fakeOpID:
+			fmt.Fprintf(w, `{"OperationId":%q,"FromBucket":10,"ToBucket":20,"ToShard":1,"Status":%q,"BytesMoved":1000,
+				"CurrentBuckets":[{"Bucket":12,"Status":"Moving","Sent":{"Bytes":500}}]}`, fakeOpID, status)
+		case "/databases/shop/buckets":
+			if q := r.URL.Query(); q.Get("from") != "10" || q.Get("to") != "20" || q.Get("groups") != "1" {
+				http.Error(w, "bad query "+r.URL.RawQuery, 400)
+				return
+			}
+			fmt.Fprint(w, `{"Groups":[{"ByShard":[{"Shard":0,"Size":7000,"NotOwnedSize":2000},{"Shard":1,"Size":900,"NotOwnedSize":500},{"Shard":2,"Size":3000}]}]}`)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	c, err := newAPIClient(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := estimateTotal(t.Context(), c, "shop", fakeOpID), int64(1000+500+5000+3000); got != want {
+		t.Errorf("estimate %d, want %d", got, want)
+	}
+	if got := estimateTotal(t.Context(), c, "shop", "other"); got != 0 {
+		t.Errorf("estimate of an unknown operation %d, want 0", got)
+	}
+	status = statusCompleted
+	if got := estimateTotal(t.Context(), c, "shop", fakeOpID); got != 0 {
+		t.Errorf("estimate of a finished operation %d, want 0", got)
+	}
+}
