@@ -171,7 +171,7 @@ func followOperation(ctx context.Context, c *apiClient, db, id string, since tim
 	width, tty := outputTerminal(out)
 	tr := newTracker(out, tty && !plain, width, time.Now)
 	tr.since = since
-	tr.total = estimateTotal(ctx, c, db, id)
+	tr.estimate = func(op operation) int64 { return estimateTotal(ctx, c, db, op) }
 	fl := &follower{c: c, db: db, id: id, opts: opts, tr: tr, now: time.Now}
 	op, err := fl.run(ctx)
 	tr.end()
@@ -198,18 +198,17 @@ func followOperation(ctx context.Context, c *apiClient, db, id string, since tim
 	return nil
 }
 
-// estimateTotal estimates the bytes operation id of db moves in all: what
-// it moved so far plus what the range holds on shards other than its
-// destination (GET /databases/{db}/buckets, each bucket counted on its
-// owner). 0 when the node does not tell within 2 s, or the operation has
-// finished; progress then counts buckets.
-func estimateTotal(ctx context.Context, c *apiClient, db, id string) int64 {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	var op operation
-	if err := c.getJSON(ctx, dbPath(db, "resharding", id), nil, &op); err != nil || op.finished() {
+// estimateTotal estimates the bytes operation op of db moves in all, as of
+// the state op: what it moved so far plus what its range holds on shards
+// other than its destination (GET /databases/{db}/buckets, each bucket
+// counted on its owner). 0 when the node does not tell within 2 s, or the
+// operation has finished; progress then counts buckets.
+func estimateTotal(ctx context.Context, c *apiClient, db string, op operation) int64 {
+	if op.finished() {
 		return 0
 	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
 	var report struct {
 		Groups []struct {
 			ByShard []struct {

@@ -1043,16 +1043,12 @@ func TestByteRateCountsWhatIsInFlight(t *testing.T) {
 }
 
 // TestEstimateTotal: the estimate is what the operation moved plus the
-// range's owned bytes on the shards other than its destination, read from
-// the operation and the buckets report; 0 for a finished operation or a
-// node that does not answer.
+// range's owned bytes on the shards other than its destination, from the
+// operation's state and the buckets report; 0 for a finished operation or
+// a report the node does not give.
 func TestEstimateTotal(t *testing.T) {
-	status := statusRunning
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
-		case "/databases/shop/resharding/" + fakeOpID:
-			fmt.Fprintf(w, `{"OperationId":%q,"FromBucket":10,"ToBucket":20,"ToShard":1,"Status":%q,"BytesMoved":1000,
-				"CurrentBuckets":[{"Bucket":12,"Status":"Moving","Sent":{"Bytes":500}}]}`, fakeOpID, status)
 		case "/databases/shop/buckets":
 			if q := r.URL.Query(); q.Get("from") != "10" || q.Get("to") != "20" || q.Get("groups") != "1" {
 				http.Error(w, "bad query "+r.URL.RawQuery, 400)
@@ -1068,14 +1064,16 @@ func TestEstimateTotal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := estimateTotal(t.Context(), c, "shop", fakeOpID), int64(1000+500+5000+3000); got != want {
+	op := operation{OperationID: fakeOpID, FromBucket: 10, ToBucket: 20, ToShard: 1, Status: statusRunning, BytesMoved: 1000,
+		CurrentBuckets: []bucketMigration{{Bucket: 12, Status: "Moving", Sent: &sentProgress{Bytes: 500}}}}
+	if got, want := estimateTotal(t.Context(), c, "shop", op), int64(1000+500+5000+3000); got != want {
 		t.Errorf("estimate %d, want %d", got, want)
 	}
-	if got := estimateTotal(t.Context(), c, "shop", "other"); got != 0 {
-		t.Errorf("estimate of an unknown operation %d, want 0", got)
+	if got := estimateTotal(t.Context(), c, "other", op); got != 0 {
+		t.Errorf("estimate for a database the node does not know %d, want 0", got)
 	}
-	status = statusCompleted
-	if got := estimateTotal(t.Context(), c, "shop", fakeOpID); got != 0 {
+	op.Status = statusCompleted
+	if got := estimateTotal(t.Context(), c, "shop", op); got != 0 {
 		t.Errorf("estimate of a finished operation %d, want 0", got)
 	}
 }

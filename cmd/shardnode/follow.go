@@ -186,7 +186,11 @@ type tracker struct {
 	op   *operation
 	note string
 	// total estimates the operation's bytes (see estimateTotal); 0 unknown.
-	total int64
+	// estimate, if set, makes it from the first state of the operation
+	// seen running, once.
+	total     int64
+	estimate  func(operation) int64
+	estimated bool
 	// waitSince is when the operation was first seen finished with buckets
 	// still in flight (a cancel); waited is how long it then took to
 	// settle, as this client saw it. wall is the time watched until it
@@ -223,6 +227,10 @@ func (t *tracker) setOp(op operation) {
 	}
 	if op.CurrentBuckets == nil && t.op != nil && !op.finished() {
 		op.CurrentBuckets = t.op.CurrentBuckets
+	}
+	if t.estimate != nil && !t.estimated && !op.finished() {
+		t.estimated = true
+		t.total = t.estimate(op)
 	}
 	wasSettled := t.op != nil && t.op.settled()
 	t.op = &op
