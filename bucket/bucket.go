@@ -33,15 +33,28 @@ const Count = 1 << 20
 // MaxID is the highest bucket number.
 const MaxID = Count - 1
 
-// MaxIDLength is the maximum length of a document id, in bytes.
+// MaxIDLength is the maximum length of a document id, in bytes of its
+// shortest spelling (see ShortestLength). Ids are case-insensitive, and a
+// rune's cases can differ in length ('Ⱥ' takes 2 bytes, its lower case
+// 'ⱥ' 3), so a limit on the bytes as sent would accept one spelling of a
+// document and refuse another. Measured on the shortest spelling, every
+// spelling of a document is accepted or refused alike, and the documents
+// that can exist are those that could under a limit of MaxIDLength bytes
+// as sent: the shortest spelling is one such.
 const MaxIDLength = 512
+
+// MaxIDInputLength bounds the bytes of an id as sent, checked before any
+// rune is looked at. No spelling of an id within MaxIDLength is longer: a
+// rune takes at most 4 bytes, and at least 1 in any spelling.
+const MaxIDInputLength = 4 * MaxIDLength
 
 // Sentinel errors. ValidateID and Ranges.Validate wrap them with details;
 // test for them with errors.Is.
 var (
 	// ErrEmptyID means the id is the empty string.
 	ErrEmptyID = errors.New("bucket: id is empty")
-	// ErrIDTooLong means the id is longer than MaxIDLength bytes.
+	// ErrIDTooLong means the id's shortest spelling is longer than
+	// MaxIDLength bytes, or the id as sent longer than MaxIDInputLength.
 	ErrIDTooLong = errors.New("bucket: id is too long")
 	// ErrIDNotUTF8 means the id is not valid UTF-8.
 	ErrIDNotUTF8 = errors.New("bucket: id is not valid UTF-8")
@@ -66,15 +79,18 @@ func ForID(id string) uint32 {
 	return uint32(xxhash.Sum64String(strings.ToLower(id)) % Count)
 }
 
-// ValidateID reports whether id is acceptable as a document id. The error
-// wraps one of ErrEmptyID, ErrIDTooLong, ErrIDNotUTF8, ErrIDControlChar or
-// ErrIDEndsWithDollar.
+// ValidateID reports whether id is acceptable as a document id: not empty,
+// within the length limit (see CheckIDLength), valid UTF-8 without control
+// characters, and not ending in '$'. It accepts or refuses every spelling
+// of one document (every UTF-8 string with the same strings.ToLower) alike.
+// The error wraps one of ErrEmptyID, ErrIDTooLong, ErrIDNotUTF8,
+// ErrIDControlChar or ErrIDEndsWithDollar.
 func ValidateID(id string) error {
-	switch {
-	case id == "":
+	if id == "" {
 		return ErrEmptyID
-	case len(id) > MaxIDLength:
-		return fmt.Errorf("%w: %d bytes (max %d)", ErrIDTooLong, len(id), MaxIDLength)
+	}
+	if err := CheckIDLength(id); err != nil {
+		return err
 	}
 	for i, r := range id {
 		if r == utf8.RuneError {
@@ -90,6 +106,67 @@ func ValidateID(id string) error {
 		return fmt.Errorf("%w: %q (an anchored id needs text after the last '$')", ErrIDEndsWithDollar, id)
 	}
 	return nil
+}
+
+// CheckIDLength reports whether s is within an id's length limit:
+// ShortestLength(s) <= MaxIDLength, and len(s) <= MaxIDInputLength, which
+// is checked first, so a huge input costs nothing. An s of at most
+// MaxIDLength bytes always passes. The error wraps ErrIDTooLong and names
+// what was measured and the limit.
+func CheckIDLength(s string) error {
+	switch {
+	case len(s) <= MaxIDLength:
+		return nil
+	case len(s) > MaxIDInputLength:
+		return fmt.Errorf("%w: %d bytes as sent (max %d as sent, and %d in the id's shortest spelling)",
+			ErrIDTooLong, len(s), MaxIDInputLength, MaxIDLength)
+	}
+	n := ShortestLength(s)
+	switch {
+	case n <= MaxIDLength:
+		return nil
+	case n == len(s):
+		return fmt.Errorf("%w: %d bytes in its shortest spelling (max %d)", ErrIDTooLong, n, MaxIDLength)
+	default:
+		return fmt.Errorf("%w: %d bytes in its shortest spelling, %d as sent (max %d in the shortest spelling)",
+			ErrIDTooLong, n, len(s), MaxIDLength)
+	}
+}
+
+// ShortestLength returns the length in bytes of the shortest spelling of
+// s: of the shortest string whose strings.ToLower is strings.ToLower(s),
+// which is what names a document. Lower-casing maps rune by rune, so that
+// is the sum, over the runes of strings.ToLower(s), of the smallest UTF-8
+// length of a rune that lower-cases to it. A byte that is not UTF-8 counts
+// as one.
+func ShortestLength(s string) int {
+	n := 0
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		i += size
+		if r < utf8.RuneSelf || size == 1 {
+			n++ // ASCII, or a byte that is not UTF-8
+			continue
+		}
+		n += shortestRuneLength(unicode.ToLower(r))
+	}
+	return n
+}
+
+// shortestRuneLength returns the smallest UTF-8 length of a rune whose
+// unicode.ToLower is c, a lower-cased rune. Such runes are c itself and
+// members of c's case-fold orbit (unicode.SimpleFold enumerates it):
+// TestShortestRuneLengthIsExact checks that against every rune. Only 'ⱥ'
+// and 'ⱦ' (3 bytes; their upper cases 'Ⱥ' and 'Ⱦ' take 2) have a shorter
+// spelling in Unicode 15.0.0.
+func shortestRuneLength(c rune) int {
+	m := utf8.RuneLen(c)
+	for r := unicode.SimpleFold(c); r != c; r = unicode.SimpleFold(r) {
+		if l := utf8.RuneLen(r); l < m && unicode.ToLower(r) == c {
+			m = l
+		}
+	}
+	return m
 }
 
 // Range is one entry of a database record's bucket ranges: it runs from

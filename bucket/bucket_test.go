@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/cespare/xxhash/v2"
@@ -115,6 +116,191 @@ func TestValidateID(t *testing.T) {
 	if err := ValidateID("ab\x07"); err == nil || !strings.Contains(err.Error(), "U+0007 at offset 2") {
 		t.Errorf("control char error does not locate the problem: %v", err)
 	}
+}
+
+// TestIDLengthIsTheShortestSpelling: an id is measured in its shortest
+// spelling, so a document's spellings whose cases differ in length are
+// accepted or refused alike.
+func TestIDLengthIsTheShortestSpelling(t *testing.T) {
+	a256 := strings.Repeat("Ⱥ", 256) // 512 bytes; 'ⱥ' takes 3
+	if len(a256) != MaxIDLength || len(strings.ToLower(a256)) != 768 {
+		t.Fatalf("test runes have the wrong lengths")
+	}
+	for _, tt := range []struct {
+		id       string
+		shortest int
+	}{
+		{a256, 512},
+		{strings.ToLower(a256), 512}, // the lower case is longer
+		{strings.Repeat("Ⱦ", 200) + strings.Repeat("ⱦ", 56), 512},
+		{strings.Repeat("ß", 256), 512},
+		{strings.Repeat("ẞ", 256), 512},                  // 768 bytes; lower-cases to 'ß'
+		{strings.ToUpper(strings.Repeat("ɐ", 256)), 512}, // 'Ɐ': the upper case is longer
+		{strings.Repeat("\u212a", MaxIDLength), 512},     // KELVIN SIGN, 1536 bytes: 'k'
+		{strings.Repeat("K\u212ak", 170) + "Kk", 512},    // one document, three spellings of 'k'
+		{"users/" + strings.Repeat("é", 253), 512},       // 'é' and 'É' both take 2
+		{strings.Repeat("İ", 256), 256},                  // lower-cases to 'i'
+	} {
+		if got := ShortestLength(tt.id); got != tt.shortest {
+			t.Errorf("ShortestLength(%.20q… %d bytes) = %d, want %d", tt.id, len(tt.id), got, tt.shortest)
+		}
+		for _, s := range []string{tt.id, strings.ToLower(tt.id), strings.ToUpper(tt.id)} {
+			if strings.ToLower(s) != strings.ToLower(tt.id) {
+				continue // another document
+			}
+			if err := ValidateID(s); err != nil {
+				t.Errorf("ValidateID(%.20q… %d bytes) = %v, want nil", s, len(s), err)
+			}
+		}
+	}
+	if ShortestLength("\xff\xfe") != 2 {
+		t.Errorf("a byte that is not UTF-8 does not count as one")
+	}
+
+	for _, tt := range []struct {
+		id   string
+		want string // in the error
+	}{
+		{a256 + "a", "513 bytes in its shortest spelling (max 512)"},
+		{strings.ToLower(a256) + "a", "513 bytes in its shortest spelling, 769 as sent (max 512 in the shortest spelling)"},
+		{strings.Repeat("ẞ", 257), "514 bytes in its shortest spelling, 771 as sent"},
+		{strings.Repeat("ß", 257), "514 bytes in its shortest spelling (max 512)"},
+		{strings.Repeat("\u212a", MaxIDLength+1), "513 bytes in its shortest spelling, 1539 as sent"},
+		{strings.Repeat("a", MaxIDLength+1), "513 bytes in its shortest spelling (max 512)"},
+		{strings.Repeat("a", MaxIDInputLength+1), "2049 bytes as sent (max 2048 as sent, and 512 in the id's shortest spelling)"},
+		{strings.Repeat("x", 1<<20), "1048576 bytes as sent"},
+	} {
+		err := ValidateID(tt.id)
+		if !errors.Is(err, ErrIDTooLong) || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("ValidateID(%.20q… %d bytes) = %v, want ErrIDTooLong saying %q", tt.id, len(tt.id), err, tt.want)
+		}
+		if err2 := ValidateID(strings.ToUpper(tt.id)); !errors.Is(err2, ErrIDTooLong) {
+			t.Errorf("ValidateID of the upper case of %.20q… = %v, want ErrIDTooLong", tt.id, err2)
+		}
+	}
+}
+
+// TestShortestRuneLengthIsExact checks shortestRuneLength against every
+// rune: for each rune that some rune lower-cases to, it is the smallest
+// UTF-8 length among the runes that do. It also checks that lower-casing
+// twice changes nothing, so that strings.ToLower(id) is a spelling of the
+// document id names.
+func TestShortestRuneLengthIsExact(t *testing.T) {
+	least := map[rune]int{}
+	for r := rune(0); r <= unicode.MaxRune; r++ {
+		if !utf8.ValidRune(r) {
+			continue
+		}
+		c := unicode.ToLower(r)
+		if unicode.ToLower(c) != c {
+			t.Errorf("ToLower(%U) = %U, which lower-cases to %U", r, c, unicode.ToLower(c))
+		}
+		if m, ok := least[c]; !ok || utf8.RuneLen(r) < m {
+			least[c] = utf8.RuneLen(r)
+		}
+	}
+	shorter := 0
+	for c, m := range least {
+		if got := shortestRuneLength(c); got != m {
+			t.Errorf("shortestRuneLength(%U) = %d, want %d", c, got, m)
+		}
+		if m < utf8.RuneLen(c) {
+			shorter++
+		}
+	}
+	if shorter == 0 {
+		t.Errorf("no lower-case rune has a shorter spelling: the test runes are wrong")
+	}
+}
+
+// oldValidateID is ValidateID as it was, with a limit on the bytes as sent:
+// the documents it let exist must be the documents that can exist.
+func oldValidateID(id string) error {
+	if len(id) > MaxIDLength {
+		return ErrIDTooLong
+	}
+	return ValidateID(id)
+}
+
+// shortestSpelling spells id in its shortest form, by the oracle's search
+// of every rune's case-fold orbit.
+func shortestSpelling(id string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(id) {
+		best := r
+		for o := unicode.SimpleFold(r); o != r; o = unicode.SimpleFold(o) {
+			if unicode.ToLower(o) == r && utf8.RuneLen(o) < utf8.RuneLen(best) {
+				best = o
+			}
+		}
+		b.WriteRune(best)
+	}
+	return b.String()
+}
+
+// respell spells each rune of id as a random member of its case-fold orbit
+// that lower-cases as it does: another spelling of the same document.
+func respell(t *rapid.T, id string) string {
+	var b strings.Builder
+	for _, r := range id {
+		c := unicode.ToLower(r)
+		opts := []rune{r}
+		for o := unicode.SimpleFold(r); o != r; o = unicode.SimpleFold(o) {
+			if unicode.ToLower(o) == c {
+				opts = append(opts, o)
+			}
+		}
+		b.WriteRune(rapid.SampledFrom(opts).Draw(t, "spelling"))
+	}
+	return b.String()
+}
+
+// caseRunes are runes whose cases differ in length, and their neighbours.
+var caseRunes = []rune{
+	'Ⱥ', 'ⱥ', 'Ⱦ', 'ⱦ', 'ß', 'ẞ', 'ɐ', 'Ɐ', 'ɑ', 'Ɑ', '\u212a', 'k', 'K', '\u2126', 'ω', 'Ω',
+	'İ', 'i', 'I', 'ı', 'ſ', 's', 'S', 'é', 'É', 'Σ', 'σ', 'ς', 'a', '/', '$', '-', '注',
+}
+
+// TestIDSpellingsAgree: every spelling of one document is accepted or
+// refused alike (and for the same reason), an id the old limit accepted
+// is still accepted, and an accepted id names a document the old limit
+// let exist: its shortest spelling passed it.
+func TestIDSpellingsAgree(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		runes := rapid.OneOf(rapid.SampledFrom(caseRunes), rapid.Rune())
+		// A run of one rune brings the id near the limit in any of its
+		// cases; the rest is random.
+		pad := strings.Repeat(string(rapid.SampledFrom(caseRunes).Draw(t, "pad")), rapid.IntRange(0, 800).Draw(t, "padding"))
+		id := rapid.StringOf(runes).Draw(t, "head") + pad + rapid.StringOf(runes).Draw(t, "tail")
+		err := ValidateID(id)
+		if oldValidateID(id) == nil && err != nil {
+			t.Fatalf("ValidateID(%q) = %v, but the old limit accepted it", id, err)
+		}
+		if short := shortestSpelling(id); len(short) != ShortestLength(id) {
+			t.Fatalf("ShortestLength(%q) = %d, but %q takes %d bytes", id, ShortestLength(id), short, len(short))
+		} else if (err == nil) != (oldValidateID(short) == nil) {
+			t.Fatalf("ValidateID(%q) = %v, but the old limit on its shortest spelling says %v", id, err, oldValidateID(short))
+		}
+		for _, s := range []string{strings.ToLower(id), strings.ToUpper(id), respell(t, id), shortestSpelling(id)} {
+			if strings.ToLower(s) != strings.ToLower(id) {
+				continue // another document ('ı' upper-cases to 'I', which lower-cases to 'i')
+			}
+			got := ValidateID(s)
+			if (got == nil) != (err == nil) || !sameKind(got, err) {
+				t.Fatalf("ValidateID(%q) = %v, but ValidateID(%q) = %v: one document, two answers", id, err, s, got)
+			}
+		}
+	})
+}
+
+// sameKind reports whether two ValidateID errors wrap the same sentinel.
+func sameKind(a, b error) bool {
+	for _, e := range []error{ErrEmptyID, ErrIDTooLong, ErrIDNotUTF8, ErrIDControlChar, ErrIDEndsWithDollar} {
+		if errors.Is(a, e) != errors.Is(b, e) {
+			return false
+		}
+	}
+	return true
 }
 
 func TestEvenSplit(t *testing.T) {
@@ -371,17 +557,27 @@ func TestMoveProperties(t *testing.T) {
 }
 
 func FuzzValidateID(f *testing.F) {
-	for _, s := range []string{"users/1", "", "a$", "$x", "orders/7$users/4", "\xff", "注文/1", "a\x00b"} {
+	for _, s := range []string{"users/1", "", "a$", "$x", "orders/7$users/4", "\xff", "注文/1", "a\x00b", strings.Repeat("Ⱥ", 256), strings.Repeat("ẞ", 257)} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, id string) {
 		err := ValidateID(id)
 		if err == nil {
-			if id == "" || len(id) > MaxIDLength || !utf8.ValidString(id) || strings.HasSuffix(id, "$") {
+			if id == "" || len(id) > MaxIDInputLength || ShortestLength(id) > MaxIDLength || !utf8.ValidString(id) || strings.HasSuffix(id, "$") {
 				t.Fatalf("ValidateID(%q) accepted a bad id", id)
 			}
 		} else if err.Error() == "" {
 			t.Fatalf("empty error message")
+		}
+		if len(id) <= MaxIDLength && errors.Is(err, ErrIDTooLong) {
+			t.Fatalf("ValidateID(%q) refused an id of %d bytes as too long", id, len(id))
+		}
+		if utf8.ValidString(id) {
+			for _, s := range []string{strings.ToLower(id), strings.ToUpper(id)} {
+				if strings.ToLower(s) == strings.ToLower(id) && !sameKind(ValidateID(s), err) {
+					t.Fatalf("ValidateID(%q) = %v, but ValidateID(%q) = %v", id, err, s, ValidateID(s))
+				}
+			}
 		}
 	})
 }

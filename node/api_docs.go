@@ -79,8 +79,10 @@ func (n *Node) handleGetDocs(w http.ResponseWriter, r *http.Request) {
 	n.answerIDs(w, r, t, ids, metadataOnly)
 }
 
-// maxMultiGetBody bounds POST /docs's body: 1024 ids of 512 bytes, each
-// byte written as a six-character JSON escape at worst, and some room.
+// maxMultiGetBody bounds POST /docs's body: 1024 ids of 512 bytes in
+// their shortest spelling (bucket.MaxIDLength), each of those bytes
+// written as six characters of JSON at worst (an escape such as \u0041 or
+// \u212A, KELVIN SIGN, a 3-byte spelling of 'k'), and some room.
 const maxMultiGetBody = 4 << 20
 
 // handlePostGetDocs answers POST /docs, RavenDB's clients' GET by ids

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"strings"
 	"testing"
 )
@@ -117,4 +118,77 @@ func TestPostGetDocs(t *testing.T) {
 	if after := c.must(200, "GET", "/databases/shop/stats", "").Body; !bytes.Equal(before, after) {
 		t.Fatalf("bad requests changed the database:\n%s\n%s", before, after)
 	}
+}
+
+// TestIDSpellingsOfOneLength: an id's limit is measured in its shortest
+// spelling, so a document stored under a 512-byte id whose lower case is
+// longer ('Ⱥ' takes 2 bytes, 'ⱥ' 3) is read, matched (If-Match), listed
+// and deleted by that lower-cased spelling too; an id whose shortest
+// spelling is over the limit is still a 400 with a JSON error, in any
+// spelling, and changes nothing.
+func TestIDSpellingsOfOneLength(t *testing.T) {
+	n := testNode(t, t.TempDir())
+	c := client{t, n.HTTPURL()}
+	c.must(201, "PUT", "/admin/databases/db", `{"Shards": 2}`)
+	id := strings.Repeat("Ⱥ", 256)
+	lower := strings.ToLower(id)
+	if len(id) != 512 || len(lower) != 768 {
+		t.Fatalf("test ids: %d and %d bytes", len(id), len(lower))
+	}
+	q := func(id string) string { return "/databases/db/docs?id=" + url.QueryEscape(id) }
+	atID := func(r resp) string {
+		t.Helper()
+		return r.json(t)["Results"].([]any)[0].(map[string]any)["@metadata"].(map[string]any)["@id"].(string)
+	}
+
+	cv := c.must(201, "PUT", q(id), `{"v":1}`).json(t)["ChangeVector"].(string)
+	if got := atID(c.must(200, "GET", q(lower), "")); got != id {
+		t.Fatalf("GET by the lower-cased spelling: @id %q, want %q", got, id)
+	}
+	body, _ := json.Marshal(map[string]any{"Ids": []string{lower, id}})
+	if got := c.must(200, "POST", "/databases/db/docs", string(body)).json(t)["Results"].([]any); len(got) != 2 || got[0] == nil || got[1] == nil {
+		t.Fatalf("POST /docs by both spellings: %v", got)
+	}
+	if got := c.list("/databases/db/docs?startsWith=" + url.QueryEscape(lower)).ids(); len(got) != 1 || got[0] != id {
+		t.Fatalf("listing by the lower-cased spelling: %q", got)
+	}
+	// An update by the lower-cased spelling matches the stored version.
+	cv = c.must(201, "PUT", q(lower), `{"v":2}`, "If-Match", `"`+cv+`"`).json(t)["ChangeVector"].(string)
+	// KELVIN SIGN spells 'k' in 3 bytes: 1536 bytes as sent, 512 at
+	// shortest, one document with "k"×512.
+	kelvin := strings.Repeat("\u212a", 512)
+	c.must(201, "PUT", q(kelvin), `{"k":1}`)
+	if got := atID(c.must(200, "GET", q(strings.Repeat("k", 512)), "")); got != kelvin {
+		t.Fatalf("GET by the shortest spelling: @id %q", got)
+	}
+	if got := c.list("/databases/db/docs?startsWith=k&startAfter=" + url.QueryEscape(kelvin)).ids(); len(got) != 0 {
+		t.Fatalf("listing after the last id: %q", got)
+	}
+	c.must(204, "DELETE", q(strings.ToUpper(kelvin)), "")
+
+	before := c.must(200, "GET", "/databases/db/stats", "").Body
+	for _, tc := range []struct{ method, id, want string }{
+		{"PUT", id + "a", "513 bytes in its shortest spelling (max 512)"},
+		{"PUT", lower + "a", "513 bytes in its shortest spelling, 769 as sent (max 512 in the shortest spelling)"},
+		{"GET", lower + "a", "513 bytes in its shortest spelling, 769 as sent (max 512 in the shortest spelling)"},
+		{"DELETE", lower + "a", "513 bytes in its shortest spelling, 769 as sent (max 512 in the shortest spelling)"},
+		{"PUT", strings.Repeat("\u212a", 513), "513 bytes in its shortest spelling, 1539 as sent (max 512 in the shortest spelling)"},
+		{"GET", strings.Repeat("a", 2049), "2049 bytes as sent (max 2048 as sent, and 512 in the id's shortest spelling)"},
+	} {
+		r := c.do(tc.method, q(tc.id), `{"v":3}`)
+		var e struct{ Error, Type string }
+		if r.Status != 400 || json.Unmarshal(r.Body, &e) != nil || e.Type != "BadRequest" || !strings.Contains(e.Error, tc.want) {
+			t.Errorf("%s of a %d-byte id: %d %.300s; want a 400 saying %q", tc.method, len(tc.id), r.Status, r.Body, tc.want)
+		}
+	}
+	if r := c.do("GET", "/databases/db/docs?startsWith="+url.QueryEscape(lower+"a"), ""); r.Status != 400 || !strings.Contains(string(r.Body), "startsWith") {
+		t.Errorf("a startsWith over an id's limit: %d %.300s", r.Status, r.Body)
+	}
+	if after := c.must(200, "GET", "/databases/db/stats", "").Body; !bytes.Equal(before, after) {
+		t.Fatalf("refused ids changed the database:\n%s\n%s", before, after)
+	}
+
+	c.must(204, "DELETE", q(lower), "", "If-Match", cv)
+	c.must(404, "GET", q(id), "")
+	c.must(404, "GET", q(lower), "")
 }

@@ -164,18 +164,25 @@ func intParam(q url.Values, name string, def, hi int) (int, error) {
 	return i, nil
 }
 
-// checkText checks the text parameters of a listing by prefix.
+// checkText checks the text parameters of a listing by prefix. startsWith
+// and startAfter have an id's limit, measured as an id's (in the shortest
+// spelling, see bucket.CheckIDLength), so that any spelling of a stored
+// id, such as the @id a page ends with, is accepted as one.
 func (a *listArgs) checkText() error {
 	for _, f := range []struct {
 		name, v string
-		max     int
+		max     int // 0: an id's limit
 	}{
-		{"startsWith", a.Prefix, bucket.MaxIDLength},
-		{"startAfter", a.StartAfter, bucket.MaxIDLength},
+		{"startsWith", a.Prefix, 0},
+		{"startAfter", a.StartAfter, 0},
 		{"matches", a.Matches, maxListPattern},
 		{"exclude", a.Exclude, maxListPattern},
 	} {
-		if len(f.v) > f.max {
+		if f.max == 0 {
+			if err := bucket.CheckIDLength(f.v); err != nil {
+				return badRequest("%s: %v (an id's limit)", f.name, err)
+			}
+		} else if len(f.v) > f.max {
 			return badRequest("%s: %d bytes; at most %d", f.name, len(f.v), f.max)
 		}
 		if !utf8.ValidString(f.v) {
