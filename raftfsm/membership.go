@@ -118,7 +118,7 @@ func (r *DatabaseRecord) settleMigrations(at time.Time, index uint64) {
 		switch m.Status {
 		case MigrationMoved:
 			if containsAll(m.ConfirmedDestinations, r.Sharding.Shards[m.DestinationShard].Members) {
-				r.transferOwnership(m, at, index)
+				r.transferOwnership(r.ownMigration(b), at, index)
 			}
 		case MigrationOwnershipTransferred:
 			if containsAll(m.ConfirmedSourceCleanup, r.Sharding.Shards[m.SourceShard].Members) {

@@ -239,7 +239,7 @@ func mutate(s *State, index uint64, db string, fn func(r *DatabaseRecord) (any, 
 	if !ok {
 		return nil, databaseNotFound(db)
 	}
-	r := cur.Clone()
+	r := cur.cow()
 	v, err := fn(r)
 	if err != nil {
 		return nil, err
@@ -302,7 +302,8 @@ func (r *DatabaseRecord) checkShards(src, dst int) error {
 	return nil
 }
 
-// migrationAt returns the migration of bucket started at index in status.
+// migrationAt returns the migration of bucket started at index in status,
+// owned by r for the command to change (see ownMigration).
 func (r *DatabaseRecord) migrationAt(b uint32, index uint64, status MigrationStatus) (*BucketMigration, error) {
 	m, ok := r.Sharding.BucketMigrations[b]
 	if !ok || m.MigrationIndex != index {
@@ -311,7 +312,7 @@ func (r *DatabaseRecord) migrationAt(b uint32, index uint64, status MigrationSta
 	if m.Status != status {
 		return nil, fmt.Errorf("%w: migration of bucket %d (index %d) is %s, not %s", ErrStale, b, index, m.Status, status)
 	}
-	return m, nil
+	return r.ownMigration(b), nil
 }
 
 func applySendCompleted(s *State, index uint64, c *SourceMigrationSendCompleted) (any, error) {
@@ -377,7 +378,8 @@ func applyDestinationConfirm(s *State, index uint64, c *DestinationMigrationConf
 }
 
 // transferOwnership flips a migration whose every destination replica
-// confirmed: the only moment routing changes for its bucket.
+// confirmed: the only moment routing changes for its bucket. r must own m
+// (see ownMigration).
 func (r *DatabaseRecord) transferOwnership(m *BucketMigration, at time.Time, index uint64) {
 	m.Status, m.StatusSince, m.ConfirmationIndex = MigrationOwnershipTransferred, at, index
 	if r.ShardOf(m.Bucket) != m.DestinationShard {
@@ -466,6 +468,7 @@ func applyReportMigrationError(s *State, index uint64, c *ReportMigrationError) 
 		if !ok || m.MigrationIndex != c.MigrationIndex {
 			return nil, fmt.Errorf("%w: no migration of bucket %d at index %d", ErrStale, c.Bucket, c.MigrationIndex)
 		}
+		m = r.ownMigration(c.Bucket)
 		m.LastError = c.Error
 		m.Failures++
 		if op := r.Sharding.Resharding[m.OperationID]; op != nil {
