@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -138,5 +139,142 @@ func followAllLeftovers(t *testing.T, url, db string) func() []string {
 		mu.Lock()
 		defer mu.Unlock()
 		return append([]string(nil), seen...)
+	}
+}
+
+// TestSingleBucketMovesAmongThreeShardsLeaveNothingForTheMigrator moves
+// single buckets (FromBucket = ToBucket) of 12 tenants among three shards
+// of three replicas each, to random destinations, three moves at a time
+// (one per source, each started as soon as the previous one of its mover
+// completed), while writers create, overwrite and delete the tenants'
+// documents through random nodes, and the documents migrator sweeps every
+// 3 s. Every write into a moving bucket is covered by its move's passes:
+// the migrator must start no migration, during the moves or after them.
+// Unlike the range moves above, each bucket often comes back to a shard
+// within a second of leaving it, and the destinations' replicas store a
+// bucket's snapshot while their records may not show its migration yet.
+func TestSingleBucketMovesAmongThreeShardsLeaveNothingForTheMigrator(t *testing.T) {
+	if testing.Short() {
+		t.Skip("120 single-bucket moves under writers")
+	}
+	c := testcluster.Start(t, testcluster.Options{Nodes: 3, MigratorIntervalMs: 3000})
+	A := c.URL(0)
+	testcluster.Must(t, 201, "PUT", A+"/admin/databases/db", `{"Shards":3,"ReplicationFactor":3}`)
+	type tenant struct {
+		name   string
+		bucket uint32
+		shard  int // where it is before the moves
+		n      int
+	}
+	var tenants []tenant
+	seen := map[uint32]bool{}
+	for k := 0; len(tenants) < 12; k++ {
+		tn := tenant{name: fmt.Sprintf("t/%d", k), n: 35 + k%25}
+		if tn.bucket, tn.shard = bucketOf(t, A, "db", tn.name); seen[tn.bucket] {
+			continue // one tenant per bucket: each mover moves its own
+		}
+		seen[tn.bucket] = true
+		tenants = append(tenants, tn)
+		var cmds []string
+		for i := range tn.n {
+			cmds = append(cmds, fmt.Sprintf(`{"Type":"PUT","Id":"d%d$%s","Document":{"N":0}}`, i, tn.name))
+		}
+		testcluster.Must(t, 201, "POST", A+"/databases/db/bulk_docs?waitForReplicas=3", `{"Commands":[`+join(cmds)+`]}`)
+	}
+	leftovers := followAllLeftovers(t, A, "db")
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	errs := map[string]int{}
+	acked := 0
+	runClients(&wg, 6, 17, stop, func(rnd *rand.Rand) {
+		tn := tenants[rnd.IntN(len(tenants))]
+		// Ids past the tenant's first documents are created (and deleted)
+		// as the writers go.
+		url := fmt.Sprintf("%s/databases/db/docs?id=d%d$%s", c.URL(rnd.IntN(3)), rnd.IntN(tn.n+10), tn.name)
+		var r testcluster.Response
+		var err error
+		if rnd.IntN(5) == 0 {
+			r, err = testcluster.Do("DELETE", url, "")
+		} else {
+			r, err = testcluster.Do("PUT", url, fmt.Sprintf(`{"N":%d}`, rnd.IntN(1000)))
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil || (r.Status != 201 && r.Status != 204) {
+			errs[fmt.Sprintf("%v %d %.80s", err, r.Status, r.Body)]++
+			return
+		}
+		acked++
+	})
+	// Each mover runs in its own goroutine, which must not fail the test
+	// itself: it returns its error.
+	move := func(tn tenant, to int, url string) error {
+		r, err := testcluster.Expect(202, "POST", url+"/databases/db/resharding", fmt.Sprintf(`{"FromBucket":%d,"ToBucket":%d,"ToShard":%d}`, tn.bucket, tn.bucket, to))
+		if err != nil {
+			return err
+		}
+		var started struct{ OperationId string }
+		if err := json.Unmarshal(r.Body, &started); err != nil {
+			return err
+		}
+		for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			r, err := testcluster.Expect(200, "GET", A+"/databases/db/resharding/"+started.OperationId, "")
+			if err != nil {
+				return err
+			}
+			var op struct{ Status string }
+			if err := json.Unmarshal(r.Body, &op); err != nil {
+				return err
+			}
+			if op.Status == "Completed" {
+				return nil
+			}
+		}
+		return fmt.Errorf("moving bucket %d to shard %d: operation %s not completed after 2 minutes", tn.bucket, to, started.OperationId)
+	}
+	const movers, movesEach = 3, 40
+	var mwg sync.WaitGroup
+	moveErrs := make([]error, movers)
+	for p := range movers {
+		mwg.Go(func() {
+			rnd := rand.New(rand.NewPCG(5, uint64(p)))
+			var mine []tenant
+			for i, tn := range tenants {
+				if i%movers == p {
+					mine = append(mine, tn)
+				}
+			}
+			// Where each of the mover's buckets is: only this mover moves them.
+			at := map[uint32]int{}
+			for _, tn := range mine {
+				at[tn.bucket] = tn.shard
+			}
+			for i := range movesEach {
+				tn := mine[rnd.IntN(len(mine))]
+				to := (at[tn.bucket] + 1 + rnd.IntN(2)) % 3
+				if moveErrs[p] = move(tn, to, c.URL((i+p)%3)); moveErrs[p] != nil {
+					return
+				}
+				at[tn.bucket] = to
+			}
+		})
+	}
+	mwg.Wait()
+	close(stop)
+	wg.Wait()
+	if err := errors.Join(moveErrs...); err != nil {
+		t.Fatal(err)
+	}
+	// Past a whole migrator interval after the last move, every replica
+	// has swept at least once with nothing moving.
+	time.Sleep(4 * time.Second)
+	testcluster.WaitFor(t, 30*time.Second, "every replica to agree", func() error { return converged(t, c, "db") })
+	t.Logf("%d single-bucket moves, %d acknowledged writes", movers*movesEach, acked)
+	if len(errs) > 0 {
+		t.Logf("writers' errors: %v", errs)
+	}
+	if l := leftovers(); len(l) > 0 {
+		t.Errorf("the documents migrator started %d migrations: %s", len(l), strings.Join(l, "; "))
 	}
 }
