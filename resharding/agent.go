@@ -954,15 +954,27 @@ func (a *Agent) migrateLeftovers(ctx context.Context, rec *raftfsm.DatabaseRecor
 	if state == a.clean {
 		return
 	}
-	strays, err := a.strayBuckets(rec, 1)
+	strays, err := a.strayBuckets(rec, maxStrayBuckets)
 	if err != nil {
 		return
 	}
-	if len(strays) == 0 {
-		a.clean = state
+	var found storage.BucketStats
+	picked := false
+	for _, st := range strays {
+		if seen, err := a.holdsSeenItem(st.Bucket, rec); err != nil || seen {
+			found, picked = st, true
+			break
+		}
+	}
+	if !picked {
+		// Every stray item came by a migration this node's record does not
+		// show yet: applying its start changes the record, and the next
+		// sweep looks again.
+		if len(strays) < maxStrayBuckets {
+			a.clean = state
+		}
 		return
 	}
-	found := strays[0]
 	owner := rec.ShardOf(found.Bucket)
 	a.logger.Info("documents migrator found items in a bucket this shard does not own", "bucket", found.Bucket, "owner", owner, "documents", found.DocumentsCount, "tombstones", found.TombstonesCount)
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -972,6 +984,24 @@ func (a *Agent) migrateLeftovers(ctx context.Context, rec *raftfsm.DatabaseRecor
 	if err != nil && !errors.Is(err, raftfsm.ErrConflict) {
 		a.logger.Warn("documents migrator could not start a migration", "bucket", found.Bucket, "err", err)
 	}
+}
+
+// holdsSeenItem reports whether bucket b holds an item that did not come
+// by a migration of this database started after rec's latest change
+// (pendingArrival). A destination replica whose node has not applied a
+// migration's start yet holds the arriving copies in a bucket its record
+// gives to the source: proposing to move them back was refused by raft
+// (the migration exists), and logged a leftover that was none.
+func (a *Agent) holdsSeenItem(b uint32, rec *raftfsm.DatabaseRecord) (bool, error) {
+	seen := false
+	err := a.s.IterateBucketsMeta(b, b, func(d *storage.Document) bool {
+		seen = !d.Artificial() && !pendingArrival(d, rec)
+		return !seen
+	})
+	if err != nil {
+		return false, fmt.Errorf("read bucket %d: %w", b, err)
+	}
+	return seen, nil
 }
 
 // strayBuckets returns the statistics of up to limit buckets that hold
@@ -1163,6 +1193,24 @@ func unseenArrival(d *storage.Document, rec *raftfsm.DatabaseRecord) bool {
 		marked = true
 	}
 	return !marked && d.Flags&storage.FlagFromResharding != 0
+}
+
+// pendingArrival reports a copy whose change vector's MOVE marker names a
+// migration of rec's database started after rec's latest change: the
+// record will show that migration. Unlike unseenArrival, a copy it cannot
+// place (a marker of another database id, a change vector that does not
+// parse) is not pending: the responsible replica moves it as any leftover.
+func pendingArrival(d *storage.Document, rec *raftfsm.DatabaseRecord) bool {
+	c, err := changevector.Parse(d.ChangeVector)
+	if err != nil {
+		return false
+	}
+	for _, e := range c.Order {
+		if e.Tag == changevector.MoveTag && e.DBID == rec.DatabaseID && e.Etag > rec.Etag {
+			return true
+		}
+	}
+	return false
 }
 
 // bucketRangesView is what the documents migrator watches for: ownership

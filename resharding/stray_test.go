@@ -167,3 +167,75 @@ func TestStrayCopiesTheOwnerSupersedesAreDropped(t *testing.T) {
 		t.Error("a copy in a migrating bucket was dropped")
 	}
 }
+
+// TestArrivalsOfAnUnseenMigrationStartNoLeftoversMigration: the
+// responsible replica of a destination shard whose node has not applied a
+// migration's start yet holds the arriving copies in a bucket its record
+// gives to the source. Its documents migrator proposes no migration for
+// them (raft refused it, and the log told of a leftover that was none),
+// but it moves an item that came otherwise, in that bucket or another.
+func TestArrivalsOfAnUnseenMigrationStartNoLeftoversMigration(t *testing.T) {
+	mine := openStore(t, "B") // shard 0, the destination
+	src := openStore(t, "C")  // shard 1, the source
+	arriving, stray := bucket.ForID("tenants/5"), bucket.ForID("tenants/6")
+	if arriving == stray {
+		t.Fatal("pick other anchors")
+	}
+	lo, hi := min(arriving, stray), max(arriving, stray)
+	migrate := func(id string, index uint64) {
+		t.Helper()
+		write(t, src, put(id, `{"v":1}`))
+		d, _ := src.GetItem(id)
+		write(t, mine, storage.Op{Kind: storage.OpMigrate, ID: d.ID, Body: d.Body, ChangeVector: d.ChangeVector, LastModified: d.LastModified,
+			MigrationIndex: index, DatabaseID: "thedb"})
+	}
+	migrate("a$tenants/5", 9) // the migration started at index 9
+	migrate("b$tenants/5", 9)
+
+	rec := &raftfsm.DatabaseRecord{DatabaseName: "db", DatabaseID: "thedb", Etag: 7, Sharding: raftfsm.Sharding{
+		Shards: map[int]*raftfsm.ShardTopology{0: {Members: []string{"B"}}, 1: {Members: []string{"C"}}},
+		BucketRanges: bucket.Ranges{{BucketRangeStart: 0, ShardNumber: 0}, {BucketRangeStart: lo, ShardNumber: 1}, {BucketRangeStart: lo + 1, ShardNumber: 0},
+			{BucketRangeStart: hi, ShardNumber: 1}, {BucketRangeStart: hi + 1, ShardNumber: 0}},
+		BucketMigrations: map[uint32]*raftfsm.BucketMigration{},
+	}}
+	fc := &strayCluster{fakeCluster: fakeCluster{rec: rec}, owner: src}
+	a := &Agent{c: fc, db: "db", shard: 0, s: mine, logger: slog.New(slog.DiscardHandler)}
+	started := func() []uint32 {
+		var out []uint32
+		for _, c := range fc.proposed {
+			if s, ok := c.(*raftfsm.StartBucketMigration); ok && s.Leftovers {
+				out = append(out, s.Bucket)
+			}
+		}
+		return out
+	}
+
+	a.migrateLeftovers(context.Background(), rec, false)
+	if got := started(); len(got) != 0 {
+		t.Fatalf("arrivals of a migration the record does not show started leftovers migrations of buckets %v", got)
+	}
+
+	// A document written into a bucket the shard does not own, as a write
+	// racing a flip is: a leftover, moved.
+	write(t, mine, put("c$tenants/6", `{"v":1}`))
+	a.migrateLeftovers(context.Background(), rec, false)
+	if got := started(); len(got) != 1 || got[0] != stray {
+		t.Fatalf("leftovers migrations of buckets %v, want [%d]", got, stray)
+	}
+
+	// In the bucket of the arrivals, an item that did not come by the
+	// unseen migration (one by a migration the record shows, index 5)
+	// is a leftover as well.
+	fc.proposed = nil
+	rec.Etag++
+	rec.Sharding.BucketMigrations[stray] = &raftfsm.BucketMigration{Bucket: stray, SourceShard: 0, DestinationShard: 1, Status: raftfsm.MigrationMoving, Leftovers: true}
+	migrate("d$tenants/5", 5)
+	delete(rec.Sharding.BucketMigrations, stray)
+	rec.Etag++
+	a.clean = sweptState{}
+	write(t, mine, storage.Op{Kind: storage.OpPurge, ID: "c$tenants/6"})
+	a.migrateLeftovers(context.Background(), rec, false)
+	if got := started(); len(got) != 1 || got[0] != arriving {
+		t.Fatalf("leftovers migrations of buckets %v, want [%d]", got, arriving)
+	}
+}
