@@ -63,6 +63,42 @@ func TestStuckAlertNamesTheNodesItWaitsFor(t *testing.T) {
 	}
 }
 
+// TestStuckBucketsWaitingAlikeShareAnAlert: buckets stuck in one status
+// waiting for the same nodes for the same thing share one alert, which
+// counts them, gives the shortest and longest time in the status, and
+// names the first few; a bucket stuck otherwise keeps its own.
+func TestStuckBucketsWaitingAlikeShareAnAlert(t *testing.T) {
+	n := testNode(t, t.TempDir())
+	me := n.cfg.Node.Tag
+	shards := map[int]*raftfsm.ShardTopology{0: {Members: []string{"Y", me}}, 1: {Members: []string{me}}}
+	op := &raftfsm.ReshardingOperation{ID: "op", Status: raftfsm.OperationRunning}
+	var migs []*raftfsm.BucketMigration
+	for i := range 8 {
+		m := &raftfsm.BucketMigration{Bucket: uint32(100 - i), SourceShard: 0, DestinationShard: 1, Status: raftfsm.MigrationOwnershipTransferred,
+			StatusSince: time.Now().Add(-time.Duration(2+i) * time.Minute), OperationID: "op", ConfirmedSourceCleanup: []string{me}}
+		migs = append(migs, m)
+	}
+	// Node Y cleaned bucket 50 up, this node did not: another wait.
+	migs = append(migs, &raftfsm.BucketMigration{Bucket: 50, SourceShard: 0, DestinationShard: 1, Status: raftfsm.MigrationOwnershipTransferred,
+		StatusSince: time.Now().Add(-3 * time.Minute), OperationID: "op", ConfirmedSourceCleanup: []string{"Y"}})
+	v := n.viewOperationOf(context.Background(), "db", shards, op, migs)
+	if len(v.Alerts) != 2 {
+		t.Fatalf("alerts %q, want two", v.Alerts)
+	}
+	group := v.Alerts[0]
+	for _, part := range []string{"8 buckets stuck in OwnershipTransferred for 2m", " to 9m", ", waiting for node Y to clean up (buckets 93, 94, 95, 96, 97 and 3 more)"} {
+		if !strings.Contains(group, part) {
+			t.Errorf("alert %q lacks %q", group, part)
+		}
+	}
+	if want := "bucket 50 stuck in OwnershipTransferred for 3m"; !strings.HasPrefix(v.Alerts[1], want) || !strings.HasSuffix(v.Alerts[1], ", waiting for node "+me+" to clean up") {
+		t.Errorf("alert %q, want %q…, waiting for node %s to clean up", v.Alerts[1], want, me)
+	}
+	if len(v.Current) != 9 {
+		t.Errorf("%d current buckets, want every one of the 9", len(v.Current))
+	}
+}
+
 // TestMovingBucketIsStuckOnlyWithoutProgress: how long a sender has made
 // no progress, which decides whether a bucket long in Moving is stuck, is
 // counted from its last stored batch, or from its start before the first.

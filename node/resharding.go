@@ -633,6 +633,7 @@ func (n *Node) viewOperation(ctx context.Context, rec *raftfsm.DatabaseRecord, o
 // waits for.
 func (n *Node) viewOperationOf(ctx context.Context, db string, shards map[int]*raftfsm.ShardTopology, op *raftfsm.ReshardingOperation, migs []*raftfsm.BucketMigration) operationView {
 	v := operationView{ReshardingOperation: op, Current: []migrationView{}}
+	var stuck []migrationView
 	for _, m := range migs {
 		mv := n.viewMigration(ctx, db, shards, m)
 		v.Current = append(v.Current, mv)
@@ -640,14 +641,86 @@ func (n *Node) viewOperationOf(ctx context.Context, db string, shards map[int]*r
 			v.Alerts = append(v.Alerts, fmt.Sprintf("bucket %d (%s) failing: %s", m.Bucket, m.Status, m.LastError))
 		}
 		if mv.Stuck {
-			alert := fmt.Sprintf("bucket %d stuck in %s for %s", m.Bucket, m.Status, mv.InStatusFor)
-			if nodes := mv.WaitingFor; len(nodes) > 0 {
-				alert += fmt.Sprintf(", waiting for %s %s %s", plural(len(nodes), "node", "nodes"), strings.Join(nodes, ", "), mv.waitsTo)
-			}
-			v.Alerts = append(v.Alerts, alert)
+			stuck = append(stuck, mv)
 		}
 	}
+	v.Alerts = append(v.Alerts, stuckAlerts(stuck)...)
 	return v
+}
+
+// stuckAlerts returns the alerts of the stuck migrations views, in the
+// order of their first bucket: one per bucket, except that buckets stuck
+// in the same status waiting for the same nodes share one. With a source
+// node down, every bucket flipped since waits for its cleanup: a range
+// move listed hundreds of alerts that said the same thing.
+func stuckAlerts(views []migrationView) []string {
+	type group struct {
+		status     raftfsm.MigrationStatus
+		waits      []string
+		what       string
+		buckets    []uint32
+		shortest   string
+		least, most time.Duration
+		longest    string
+	}
+	var groups []*group
+	byKey := map[string]*group{}
+	for _, mv := range views {
+		key := string(mv.Status) + "\x00" + strings.Join(mv.WaitingFor, ",") + "\x00" + mv.waitsTo
+		d := time.Since(mv.StatusSince)
+		g := byKey[key]
+		if g == nil {
+			g = &group{status: mv.Status, waits: mv.WaitingFor, what: mv.waitsTo, least: d, shortest: mv.InStatusFor, most: d, longest: mv.InStatusFor}
+			byKey[key] = g
+			groups = append(groups, g)
+		}
+		g.buckets = append(g.buckets, mv.Bucket)
+		if d < g.least {
+			g.least, g.shortest = d, mv.InStatusFor
+		}
+		if d > g.most {
+			g.most, g.longest = d, mv.InStatusFor
+		}
+	}
+	out := make([]string, 0, len(groups))
+	for _, g := range groups {
+		var alert string
+		if len(g.buckets) == 1 {
+			alert = fmt.Sprintf("bucket %d stuck in %s for %s", g.buckets[0], g.status, g.longest)
+		} else {
+			alert = fmt.Sprintf("%d buckets stuck in %s for %s to %s", len(g.buckets), g.status, g.shortest, g.longest)
+		}
+		if len(g.waits) > 0 {
+			alert += fmt.Sprintf(", waiting for %s %s %s", plural(len(g.waits), "node", "nodes"), strings.Join(g.waits, ", "), g.what)
+		}
+		if len(g.buckets) > 1 {
+			alert += " (" + bucketList(g.buckets, stuckAlertBuckets) + ")"
+		}
+		out = append(out, alert)
+	}
+	return out
+}
+
+// stuckAlertBuckets is how many buckets an alert for several names.
+const stuckAlertBuckets = 5
+
+// bucketList names up to limit of buckets, sorted: "buckets 3, 4, 9 and
+// 120 more".
+func bucketList(buckets []uint32, limit int) string {
+	buckets = slices.Clone(buckets)
+	slices.Sort(buckets)
+	var b strings.Builder
+	b.WriteString("buckets ")
+	for i, bk := range buckets[:min(len(buckets), limit)] {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%d", bk)
+	}
+	if len(buckets) > limit {
+		fmt.Fprintf(&b, " and %d more", len(buckets)-limit)
+	}
+	return b.String()
 }
 
 // plural is one when n is 1, else many.

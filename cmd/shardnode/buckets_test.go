@@ -704,6 +704,17 @@ func TestAlertKey(t *testing.T) {
 	if alertKey("bucket 2 stuck in Moving for 1m5s") == alertKey("bucket 3 stuck in Moving for 1m5s") {
 		t.Error("two buckets share an alert")
 	}
+	a := "358 buckets stuck in OwnershipTransferred for 1m2s to 7m40.5s, waiting for node B to clean up (buckets 12, 13, 14, 15, 16 and 353 more)"
+	b := "357 buckets stuck in OwnershipTransferred for 1m3s to 7m41s, waiting for node B to clean up (buckets 13, 14, 15, 16, 17 and 352 more)"
+	if alertKey(a) != alertKey(b) {
+		t.Error("an alert several buckets share is new when one of them leaves it")
+	}
+	if alertKey(a) == alertKey("358 buckets stuck in OwnershipTransferred for 1m2s to 7m40.5s, waiting for node C to clean up (buckets 12, 13)") {
+		t.Error("buckets waiting for another node share an alert")
+	}
+	if alertKey(a) == alertKey("bucket 12 stuck in OwnershipTransferred for 1m2s, waiting for node B to clean up") {
+		t.Error("a bucket stuck alone shares the alert of many")
+	}
 }
 
 func TestReadSSE(t *testing.T) {
@@ -1075,5 +1086,23 @@ func TestEstimateTotal(t *testing.T) {
 	op.Status = statusCompleted
 	if got := estimateTotal(t.Context(), c, "shop", op); got != 0 {
 		t.Errorf("estimate of a finished operation %d, want 0", got)
+	}
+}
+
+// TestCurrentTextCountsTheUnlistedBySteps: the buckets past the limit are
+// counted by step, stuck ones apart, most first.
+func TestCurrentTextCountsTheUnlistedBySteps(t *testing.T) {
+	var cbs []bucketMigration
+	for i := range 12 {
+		cbs = append(cbs, bucketMigration{Bucket: uint32(100 + i), Status: "OwnershipTransferred", Stuck: true, InStatusFor: "2m"})
+	}
+	cbs = append(cbs, bucketMigration{Bucket: 5, Status: "Moving"}, bucketMigration{Bucket: 300, Status: "Moved"}, bucketMigration{Bucket: 301, Status: "Moved"})
+	got := currentText(cbs, 3)
+	want := "5 Moving, 100 OwnershipTransferred STUCK 2m00s, 101 OwnershipTransferred STUCK 2m00s, +12 more (10 OwnershipTransferred STUCK, 2 Moved)"
+	if got != want {
+		t.Errorf("got\n%q\nwant\n%q", got, want)
+	}
+	if got := currentText(cbs[:4], 3); !strings.HasSuffix(got, ", +1 more") {
+		t.Errorf("one bucket past the limit: %q", got)
 	}
 }

@@ -407,7 +407,7 @@ func currentText(cbs []bucketMigration, limit int) string {
 	var parts []string
 	for i, m := range cbs {
 		if i == limit {
-			parts = append(parts, fmt.Sprintf("+%d more", len(cbs)-limit))
+			parts = append(parts, fmt.Sprintf("+%d more", len(cbs)-limit)+restText(cbs[limit:]))
 			break
 		}
 		s := fmt.Sprintf("%d %s", m.Bucket, m.statusText())
@@ -423,6 +423,35 @@ func currentText(cbs []bucketMigration, limit int) string {
 		parts = append(parts, s)
 	}
 	return strings.Join(parts, ", ")
+}
+
+// restText counts the buckets currentText does not list by step, stuck
+// ones apart: " (340 OwnershipTransferred STUCK, 8 Moved)". With a source
+// node down, every bucket flipped since waits for its cleanup, and "+348
+// more" alone did not say what they were doing. One bucket is counted by
+// "+1 more" alone.
+func restText(rest []bucketMigration) string {
+	if len(rest) < 2 {
+		return ""
+	}
+	var order []string
+	counts := map[string]int{}
+	for _, m := range rest {
+		k := m.Status
+		if m.Stuck {
+			k += " STUCK"
+		}
+		if counts[k] == 0 {
+			order = append(order, k)
+		}
+		counts[k]++
+	}
+	slices.SortStableFunc(order, func(a, b string) int { return counts[b] - counts[a] })
+	parts := make([]string, len(order))
+	for i, k := range order {
+		parts[i] = fmt.Sprintf("%s %s", humanCount(int64(counts[k])), k)
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
 }
 
 // renderAlert returns one alert or error line. On a terminal it first
@@ -441,9 +470,18 @@ func renderAlert(label, text string, tty, color bool) string {
 // stuck bucket has spent in its step.
 var durationToken = regexp.MustCompile(`\b[0-9][0-9.]*(ns|µs|us|ms|s|m|h)([0-9][0-9.]*(ns|µs|us|ms|s|m|h))*\b`)
 
+// bucketGroup matches the count and the bucket list of an alert that
+// several stuck buckets share ("12 buckets stuck in ... (buckets 3, 4
+// and 10 more)").
+var bucketGroup = regexp.MustCompile(`^[0-9]+ (buckets .*) \(buckets [0-9, ]+( and [0-9]+ more)?\)$`)
+
 // alertKey identifies an alert across refreshes: the same alert with a
-// longer duration in it is not new.
+// longer duration in it is not new, nor is one that several buckets share
+// when more of them join it or some leave (as cleanups complete).
 func alertKey(alert string) string {
+	if m := bucketGroup.FindStringSubmatch(alert); m != nil {
+		alert = m[1]
+	}
 	return durationToken.ReplaceAllString(alert, "…")
 }
 
