@@ -655,13 +655,13 @@ func (n *Node) viewOperationOf(ctx context.Context, db string, shards map[int]*r
 // move listed hundreds of alerts that said the same thing.
 func stuckAlerts(views []migrationView) []string {
 	type group struct {
-		status     raftfsm.MigrationStatus
-		waits      []string
-		what       string
-		buckets    []uint32
-		shortest   string
+		status      raftfsm.MigrationStatus
+		waits       []string
+		what        string
+		buckets     []uint32
+		shortest    string
 		least, most time.Duration
-		longest    string
+		longest     string
 	}
 	var groups []*group
 	byKey := map[string]*group{}
