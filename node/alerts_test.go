@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -163,5 +164,49 @@ func TestStuckMigrationsGauge(t *testing.T) {
 	}
 	if age := got["shardnode_migration_status_age_seconds"]; age < 119 {
 		t.Errorf("status age %v s, want about 120", age)
+	}
+}
+
+// TestOperationViewBoundsItsBuckets: an operation's view lists at most
+// maxCurrentShown buckets in flight, those moving now first, and counts
+// the rest by status; its alerts still cover every bucket.
+func TestOperationViewBoundsItsBuckets(t *testing.T) {
+	n := testNode(t, t.TempDir())
+	me := n.cfg.Node.Tag
+	shards := map[int]*raftfsm.ShardTopology{0: {Members: []string{"Y", me}}, 1: {Members: []string{me}}}
+	op := &raftfsm.ReshardingOperation{ID: "op", Status: raftfsm.OperationRunning}
+	long := time.Now().Add(-2 * time.Minute)
+	var migs []*raftfsm.BucketMigration
+	for b := range uint32(1000) {
+		migs = append(migs, &raftfsm.BucketMigration{Bucket: b, SourceShard: 0, DestinationShard: 1, Status: raftfsm.MigrationOwnershipTransferred,
+			StatusSince: long, OperationID: "op", ConfirmedSourceCleanup: []string{me}, LastSourceChangeVector: "A:123-abcdefghijklmnopqrstuv"})
+	}
+	migs = append(migs, &raftfsm.BucketMigration{Bucket: 5000, SourceShard: 0, DestinationShard: 1, Status: raftfsm.MigrationMoving,
+		StatusSince: time.Now(), OperationID: "op"})
+	v := n.viewOperationOf(context.Background(), "db", shards, op, migs)
+	if len(v.Current) != maxCurrentShown {
+		t.Fatalf("%d buckets shown, want %d", len(v.Current), maxCurrentShown)
+	}
+	if v.Current[0].Bucket != 5000 || v.Current[1].Bucket != 0 {
+		t.Errorf("shown first: buckets %d, %d; want the moving one (5000), then 0", v.Current[0].Bucket, v.Current[1].Bucket)
+	}
+	if got := v.MoreBuckets[raftfsm.MigrationOwnershipTransferred]; got != 901 || len(v.MoreBuckets) != 1 {
+		t.Errorf("more buckets %v, want 901 OwnershipTransferred", v.MoreBuckets)
+	}
+	if len(v.Alerts) != 1 || !strings.HasPrefix(v.Alerts[0], "1000 buckets stuck in OwnershipTransferred") {
+		t.Errorf("alerts %q, want one for the 1000 buckets", v.Alerts)
+	}
+	bounded, _ := json.Marshal(v)
+	all := operationView{ReshardingOperation: op}
+	for _, m := range migs {
+		all.Current = append(all.Current, n.viewMigration(context.Background(), "db", shards, m))
+	}
+	full, _ := json.Marshal(all)
+	t.Logf("an operation's view with 1001 buckets in flight: %d bytes (every bucket listed: %d)", len(bounded), len(full))
+
+	// Up to the bound, every bucket is listed, in bucket order.
+	v = n.viewOperationOf(context.Background(), "db", shards, op, migs[:maxCurrentShown])
+	if len(v.Current) != maxCurrentShown || v.MoreBuckets != nil || v.Current[0].Bucket != 0 {
+		t.Errorf("%d buckets shown (first %d), more %v; want all %d, none more", len(v.Current), v.Current[0].Bucket, v.MoreBuckets, maxCurrentShown)
 	}
 }

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -517,7 +518,30 @@ func operationGone(r *http.Request, db, id string) error {
 type operationView struct {
 	*raftfsm.ReshardingOperation
 	Current []migrationView `json:"CurrentBuckets"`
-	Alerts  []string        `json:"Alerts,omitempty"`
+	// MoreBuckets counts by status the migrations in flight past the first
+	// maxCurrentShown of Current (absent when there are none). With a
+	// source node down, every bucket flipped since waits for its cleanup:
+	// an operation's every event carried them all, half a megabyte per
+	// bucket moved with a thousand waiting.
+	MoreBuckets map[raftfsm.MigrationStatus]int `json:"MoreBuckets,omitempty"`
+	Alerts      []string                        `json:"Alerts,omitempty"`
+}
+
+// maxCurrentShown bounds an operation view's CurrentBuckets. The record
+// (GET /admin/databases/{db}) and the resharding list's BucketMigrations
+// show every migration.
+const maxCurrentShown = 100
+
+// stepRank orders migration statuses as a move goes through them.
+func stepRank(s raftfsm.MigrationStatus) int {
+	switch s {
+	case raftfsm.MigrationMoving:
+		return 0
+	case raftfsm.MigrationMoved:
+		return 1
+	default:
+		return 2
+	}
 }
 
 // migrationView adds what a reader needs to spot a stuck step.
@@ -645,6 +669,18 @@ func (n *Node) viewOperationOf(ctx context.Context, db string, shards map[int]*r
 		}
 	}
 	v.Alerts = append(v.Alerts, stuckAlerts(stuck)...)
+	if len(v.Current) > maxCurrentShown {
+		// The buckets moving now first, then those waiting on confirmations,
+		// then on cleanups.
+		slices.SortStableFunc(v.Current, func(a, b migrationView) int {
+			return cmp.Or(cmp.Compare(stepRank(a.Status), stepRank(b.Status)), cmp.Compare(a.Bucket, b.Bucket))
+		})
+		v.MoreBuckets = map[raftfsm.MigrationStatus]int{}
+		for _, mv := range v.Current[maxCurrentShown:] {
+			v.MoreBuckets[mv.Status]++
+		}
+		v.Current = v.Current[:maxCurrentShown:maxCurrentShown]
+	}
 	return v
 }
 

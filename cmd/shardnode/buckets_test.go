@@ -983,7 +983,7 @@ func TestStatusTextShowsWhatWasSent(t *testing.T) {
 	if got, want := m.statusText(), "Moving (150 MB sent)"; got != want {
 		t.Errorf("statusText = %q, want %q", got, want)
 	}
-	if got, want := currentText([]bucketMigration{m, {Bucket: 9, Status: "Moved"}}, 5), "5 Moving (150 MB sent), 9 Moved"; got != want {
+	if got, want := currentText([]bucketMigration{m, {Bucket: 9, Status: "Moved"}}, nil, 5), "5 Moving (150 MB sent), 9 Moved"; got != want {
 		t.Errorf("currentText = %q, want %q", got, want)
 	}
 }
@@ -1097,12 +1097,16 @@ func TestCurrentTextCountsTheUnlistedBySteps(t *testing.T) {
 		cbs = append(cbs, bucketMigration{Bucket: uint32(100 + i), Status: "OwnershipTransferred", Stuck: true, InStatusFor: "2m"})
 	}
 	cbs = append(cbs, bucketMigration{Bucket: 5, Status: "Moving"}, bucketMigration{Bucket: 300, Status: "Moved"}, bucketMigration{Bucket: 301, Status: "Moved"})
-	got := currentText(cbs, 3)
+	got := currentText(cbs, nil, 3)
 	want := "5 Moving, 100 OwnershipTransferred STUCK 2m00s, 101 OwnershipTransferred STUCK 2m00s, +12 more (10 OwnershipTransferred STUCK, 2 Moved)"
 	if got != want {
 		t.Errorf("got\n%q\nwant\n%q", got, want)
 	}
-	if got := currentText(cbs[:4], 3); !strings.HasSuffix(got, ", +1 more") {
+	// The buckets the server did not list count too.
+	if got := currentText(cbs, map[string]int{"OwnershipTransferred": 5}, 3); !strings.HasSuffix(got, ", +17 more (10 OwnershipTransferred STUCK, 5 OwnershipTransferred, 2 Moved)") {
+		t.Errorf("with 5 more unlisted: %q", got)
+	}
+	if got := currentText(cbs[:4], nil, 3); !strings.HasSuffix(got, ", +1 more") {
 		t.Errorf("one bucket past the limit: %q", got)
 	}
 }

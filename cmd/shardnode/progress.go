@@ -41,7 +41,10 @@ type operation struct {
 	StartIndex      uint64            `json:"StartIndex"`
 	Errors          []string          `json:"Errors"`
 	CurrentBuckets  []bucketMigration `json:"CurrentBuckets"`
-	Alerts          []string          `json:"Alerts"`
+	// MoreBuckets counts by status the buckets in flight the server did
+	// not list in CurrentBuckets (it lists 100).
+	MoreBuckets map[string]int `json:"MoreBuckets"`
+	Alerts      []string       `json:"Alerts"`
 }
 
 // finished reports whether the operation reached a final status. A
@@ -334,7 +337,7 @@ func ttyLayouts(v progressView) [][]string {
 // buckets and any note the room that is left.
 func renderTTY(v progressView, width int) string {
 	limit := max(width-1, 10)
-	tail := currentText(v.Op.CurrentBuckets, 3)
+	tail := currentText(v.Op.CurrentBuckets, v.Op.MoreBuckets, 3)
 	if v.Note != "" {
 		tail = strings.TrimPrefix(tail+" │ "+v.Note, " │ ")
 	}
@@ -369,7 +372,7 @@ func renderTTY(v progressView, width int) string {
 // pipes.
 func renderPlain(v progressView) string {
 	line := v.Op.Status + " " + strings.Join(progressFields(v), ", ")
-	if cur := currentText(v.Op.CurrentBuckets, 10); cur != "" {
+	if cur := currentText(v.Op.CurrentBuckets, v.Op.MoreBuckets, 10); cur != "" {
 		line += "; now: " + cur
 	}
 	if v.Note != "" {
@@ -398,9 +401,14 @@ func plainKey(v progressView) string {
 
 // currentText lists up to limit migrating buckets, lowest first, with their
 // step and any trouble: "17 Moving, 530 Moved STUCK 1m5s, +2 more".
-func currentText(cbs []bucketMigration, limit int) string {
+func currentText(cbs []bucketMigration, more map[string]int, limit int) string {
 	if len(cbs) == 0 {
 		return ""
+	}
+	for status, n := range more {
+		for range n {
+			cbs = append(cbs, bucketMigration{Bucket: math.MaxUint32, Status: status})
+		}
 	}
 	cbs = slices.Clone(cbs)
 	slices.SortFunc(cbs, func(a, b bucketMigration) int { return int(a.Bucket) - int(b.Bucket) })
