@@ -564,7 +564,7 @@ func sampleView() progressView {
 func TestRenderTTY(t *testing.T) {
 	v := sampleView()
 	wide := renderTTY(v, 200)
-	if want := "\r▕█████████████████░░░▏   87.4%  1,750/2,001 buckets  123,456 docs  56.7 MB  21.2 buckets/s 2.5 MB/s  1m23s  1 ALERT  │ 17 Moving failing×2, 530 Moved STUCK 1m05s, 900 OwnershipTransferred, +1 more\x1b[K"; wide != want {
+	if want := "\r▕█████████████████░░░▏   87.4%  1,750/2,001 buckets  123,456 docs  56.7 MB  21.2 buckets/s 2.5 MB/s  1m23s  1 ALERT  │ 17 Moving failing×2, 901 Moving, 530 Moved STUCK 1m05s, +1 more\x1b[K"; wide != want {
 		t.Errorf("wide line\n%q\nwant\n%q", wide, want)
 	}
 	for _, width := range []int{200, 120, 100, 80, 60, 40, 20, 5} {
@@ -596,7 +596,7 @@ func TestRenderTTY(t *testing.T) {
 func TestRenderPlain(t *testing.T) {
 	v := sampleView()
 	got := renderPlain(v)
-	want := "Running 87.4%, 1,750/2,001 buckets, 123,456 docs, 56.7 MB, 21.2 buckets/s 2.5 MB/s, 1m23s, 1 ALERT; now: 17 Moving failing×2, 530 Moved STUCK 1m05s, 900 OwnershipTransferred, 901 Moving\n"
+	want := "Running 87.4%, 1,750/2,001 buckets, 123,456 docs, 56.7 MB, 21.2 buckets/s 2.5 MB/s, 1m23s, 1 ALERT; now: 17 Moving failing×2, 901 Moving, 530 Moved STUCK 1m05s, 900 OwnershipTransferred\n"
 	if got != want {
 		t.Errorf("plain\n%q\nwant\n%q", got, want)
 	}
@@ -1097,16 +1097,32 @@ func TestCurrentTextCountsTheUnlistedBySteps(t *testing.T) {
 		cbs = append(cbs, bucketMigration{Bucket: uint32(100 + i), Status: "OwnershipTransferred", Stuck: true, InStatusFor: "2m"})
 	}
 	cbs = append(cbs, bucketMigration{Bucket: 5, Status: "Moving"}, bucketMigration{Bucket: 300, Status: "Moved"}, bucketMigration{Bucket: 301, Status: "Moved"})
-	got := currentText(cbs, nil, 3)
-	want := "5 Moving, 100 OwnershipTransferred STUCK 2m00s, 101 OwnershipTransferred STUCK 2m00s, +12 more (10 OwnershipTransferred STUCK, 2 Moved)"
+	got := currentText(cbs, nil, 1)
+	want := "5 Moving, +14 more (12 OwnershipTransferred STUCK, 2 Moved)"
 	if got != want {
 		t.Errorf("got\n%q\nwant\n%q", got, want)
 	}
 	// The buckets the server did not list count too.
-	if got := currentText(cbs, map[string]int{"OwnershipTransferred": 5}, 3); !strings.HasSuffix(got, ", +17 more (10 OwnershipTransferred STUCK, 5 OwnershipTransferred, 2 Moved)") {
+	if got := currentText(cbs, map[string]int{"OwnershipTransferred": 5}, 3); !strings.HasSuffix(got, ", +17 more (12 OwnershipTransferred STUCK, 5 OwnershipTransferred)") {
 		t.Errorf("with 5 more unlisted: %q", got)
 	}
 	if got := currentText(cbs[:4], nil, 3); !strings.HasSuffix(got, ", +1 more") {
 		t.Errorf("one bucket past the limit: %q", got)
+	}
+}
+
+// TestCurrentTextListsTheMovingBucketFirst: with a source node down, the
+// flipped buckets waiting for its cleanup may all be numbered below the
+// one bucket in transfer; that bucket is still listed, and first.
+func TestCurrentTextListsTheMovingBucketFirst(t *testing.T) {
+	var cbs []bucketMigration
+	for i := range 20 {
+		cbs = append(cbs, bucketMigration{Bucket: uint32(i), Status: "OwnershipTransferred", Stuck: true, InStatusFor: "3m"})
+	}
+	cbs = append(cbs, bucketMigration{Bucket: 900, Status: "Moved"}, bucketMigration{Bucket: 700, Status: "Moving"})
+	got := currentText(cbs, map[string]int{"OwnershipTransferred": 4}, 3)
+	want := "700 Moving, 900 Moved, 0 OwnershipTransferred STUCK 3m00s, +23 more (19 OwnershipTransferred STUCK, 4 OwnershipTransferred)"
+	if got != want {
+		t.Errorf("got\n%q\nwant\n%q", got, want)
 	}
 }

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
+	"maps"
 	"math"
 	"regexp"
 	"slices"
@@ -399,19 +401,28 @@ func plainKey(v progressView) string {
 		v.Note, len(op.Alerts), strings.Join(trouble, ","))
 }
 
-// currentText lists up to limit migrating buckets, lowest first, with their
-// step and any trouble: "17 Moving, 530 Moved STUCK 1m5s, +2 more".
+// currentText lists up to limit migrating buckets with their step and any
+// trouble: "17 Moving, 530 Moved STUCK 1m5s, +2 more". Buckets still
+// moving come first, then those moved and then those waiting for their
+// cleanup, each in bucket order, as the server orders them: with a source
+// node down, hundreds of flipped buckets wait for its cleanup, and the
+// one bucket in transfer must not fall into "+N more" below them.
 func currentText(cbs []bucketMigration, more map[string]int, limit int) string {
 	if len(cbs) == 0 {
 		return ""
 	}
-	for status, n := range more {
-		for range n {
+	cbs = slices.Clone(cbs)
+	slices.SortFunc(cbs, func(a, b bucketMigration) int {
+		return cmp.Or(cmp.Compare(stepRank(a.Status), stepRank(b.Status)), cmp.Compare(a.Bucket, b.Bucket))
+	})
+	// The buckets the server left out come after every one it listed.
+	for _, status := range slices.SortedFunc(maps.Keys(more), func(a, b string) int {
+		return cmp.Or(cmp.Compare(stepRank(a), stepRank(b)), strings.Compare(a, b))
+	}) {
+		for range more[status] {
 			cbs = append(cbs, bucketMigration{Bucket: math.MaxUint32, Status: status})
 		}
 	}
-	cbs = slices.Clone(cbs)
-	slices.SortFunc(cbs, func(a, b bucketMigration) int { return int(a.Bucket) - int(b.Bucket) })
 	var parts []string
 	for i, m := range cbs {
 		if i == limit {
@@ -431,6 +442,18 @@ func currentText(cbs []bucketMigration, more map[string]int, limit int) string {
 		parts = append(parts, s)
 	}
 	return strings.Join(parts, ", ")
+}
+
+// stepRank orders a bucket's statuses as a move goes through them.
+func stepRank(status string) int {
+	switch status {
+	case "Moving":
+		return 0
+	case "Moved":
+		return 1
+	default:
+		return 2
+	}
 }
 
 // restText counts the buckets currentText does not list by step, stuck
