@@ -170,7 +170,7 @@ func typeSuffix(se *serverError) string {
 func followOperation(ctx context.Context, c *apiClient, db, id string, since time.Time, out io.Writer, plain bool, opts followOptions) error {
 	width, tty := outputTerminal(out)
 	tr := newTracker(out, tty && !plain, width, time.Now)
-	tr.since = since
+	tr.since, tr.plainEvery = since, opts.plainEvery
 	tr.estimate = func(op operation) int64 { return estimateTotal(ctx, c, db, op) }
 	fl := &follower{c: c, db: db, id: id, opts: opts, tr: tr, now: time.Now}
 	op, err := fl.run(ctx)

@@ -278,6 +278,7 @@ func TestMoveFallsBackToPolling(t *testing.T) {
 	}
 	opts := defaultFollowOptions
 	opts.pollEvery, opts.refreshEvery = 5*time.Millisecond, 5*time.Millisecond
+	opts.plainEvery = 0 // the script's states come milliseconds apart; print each
 	var out bytes.Buffer
 	mf := moveFlags{nodeFlags: nodeFlags{db: "shop"}, from: 5, to: 6, shard: 1}
 	if err := runMove(t.Context(), c, mf, &out, opts); err != nil {
@@ -604,20 +605,20 @@ func TestRenderPlain(t *testing.T) {
 		t.Errorf("plain line has terminal controls: %q", got)
 	}
 	// The clock and rates are no change; counts, trouble and notes are.
-	k := plainKey(v)
+	counts, news := plainKey(v)
 	v2 := v
 	v2.Elapsed, v2.BucketRate = time.Hour, 1
-	if plainKey(v2) != k {
+	if c, n := plainKey(v2); c != counts || n != news {
 		t.Error("the clock changes the plain key")
 	}
 	v2.Op.BucketsDone++
-	if plainKey(v2) == k {
-		t.Error("a bucket done does not change the plain key")
+	if c, n := plainKey(v2); c == counts || n != news {
+		t.Error("a bucket done does not change the plain key's counts alone")
 	}
 	v3 := v
 	v3.Op.CurrentBuckets = append([]bucketMigration{{Bucket: 1, Status: "Moving", Failures: 1}}, v.Op.CurrentBuckets...)
-	if plainKey(v3) == k {
-		t.Error("a failing bucket does not change the plain key")
+	if _, n := plainKey(v3); n == news {
+		t.Error("a failing bucket is no news")
 	}
 	v.Op.BucketsTotal, v.Op.BucketsDone, v.Op.Status = 0, 0, "Completed"
 	if got := renderPlain(v); !strings.HasPrefix(got, "Completed 100.0%, 0/0 buckets") {
@@ -764,6 +765,46 @@ func TestTrackerTerminal(t *testing.T) {
 	}
 }
 
+// TestPlainLinesOfCountsAreSpaced: without a terminal, buckets completing
+// many a second make a line a second, with the latest counts; news (a
+// bucket failing, the end) makes one at once.
+func TestPlainLinesOfCountsAreSpaced(t *testing.T) {
+	var out bytes.Buffer
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	tr := newTracker(&out, false, nil, func() time.Time { return now })
+	tr.plainEvery = time.Second
+	op := operation{OperationID: "x", Status: "Running", BucketsTotal: 100}
+	tr.setOp(op)
+	for i := range 50 { // 50 buckets in half a second: no line
+		now = now.Add(10 * time.Millisecond)
+		op.BucketsDone, op.BucketsMigrated = int64(i+1), int64(i+1)
+		tr.setOp(op)
+	}
+	if n := strings.Count(out.String(), "\n"); n != 1 {
+		t.Fatalf("%d lines after 50 buckets in 0.5 s, want the first only:\n%s", n, out.String())
+	}
+	now = now.Add(600 * time.Millisecond)
+	tr.tick() // the counts wait for the next tick past the second
+	if got := out.String(); strings.Count(got, "\n") != 2 || !strings.Contains(got, " 50/100 buckets") {
+		t.Fatalf("after a second, want a line with the latest counts:\n%s", got)
+	}
+	tr.tick()
+	if n := strings.Count(out.String(), "\n"); n != 2 {
+		t.Fatalf("a tick with nothing new printed a line:\n%s", out.String())
+	}
+	tr.migration(migrationEvent{Bucket: 60, Step: "Error", Error: "boom", OperationID: "x"})
+	if n := strings.Count(out.String(), "\n"); n != 3 {
+		t.Fatalf("a failing bucket waited for the second:\n%s", out.String())
+	}
+	now = now.Add(10 * time.Millisecond)
+	op.BucketsDone = 51
+	tr.setOp(op)
+	tr.end()
+	if got := out.String(); strings.Count(got, "\n") != 4 || !strings.Contains(got, " 51/100 buckets") {
+		t.Fatalf("the end left counts unprinted:\n%s", got)
+	}
+}
+
 // TestTrackerIgnoresStaleStates checks that a slow poll answering with an
 // older state does not move the progress back.
 func TestTrackerIgnoresStaleStates(t *testing.T) {
@@ -850,6 +891,7 @@ func TestMoveCancelledWaitsForBucketInFlight(t *testing.T) {
 			}
 			opts := defaultFollowOptions
 			opts.pollEvery, opts.refreshEvery = 5*time.Millisecond, time.Hour
+			opts.plainEvery = 0 // the script's states come milliseconds apart; print each
 			if tc.name == "polling" {
 				opts.refreshEvery = 5 * time.Millisecond
 			}

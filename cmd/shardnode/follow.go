@@ -23,6 +23,11 @@ type followOptions struct {
 	redrawEvery  time.Duration // checking whether the progress needs a redraw or a heartbeat line
 	notFoundFor  time.Duration // how long a just-started operation may be unknown to the node
 	requestLimit time.Duration // timeout of one poll
+	// plainEvery is the least time between two plain lines that only
+	// change counts: a move of ten thousand buckets with data would
+	// otherwise log ten thousand lines. A change of status, note, alerts
+	// or trouble is printed at once.
+	plainEvery time.Duration
 }
 
 // defaultFollowOptions are the command's settings.
@@ -32,6 +37,7 @@ var defaultFollowOptions = followOptions{
 	redrawEvery:  100 * time.Millisecond,
 	notFoundFor:  5 * time.Second,
 	requestLimit: 5 * time.Second,
+	plainEvery:   time.Second,
 }
 
 // follower follows one operation of one database.
@@ -200,8 +206,12 @@ type tracker struct {
 	wall      time.Duration
 
 	samples  []rateSample
-	lastKey  string
-	lastDraw time.Time
+	// lastCounts and lastNews are plainKey's parts of the last plain
+	// line; pending says the counts changed since, unprinted.
+	lastCounts, lastNews string
+	pending              bool
+	plainEvery           time.Duration // see followOptions
+	lastDraw             time.Time
 	dirty    bool
 	drawn    bool // a progress line is on the terminal
 	alerts   map[string]bool
@@ -389,16 +399,21 @@ func (t *tracker) changed() {
 		return
 	}
 	v := t.view()
-	if k := plainKey(v); k != t.lastKey {
-		t.lastKey = k
+	counts, news := plainKey(v)
+	switch {
+	case news != t.lastNews,
+		counts != t.lastCounts && (t.op.settled() || t.now().Sub(t.lastDraw) >= t.plainEvery):
 		t.printPlain(v)
+	case counts != t.lastCounts:
+		t.pending = true
 	}
 }
 
 // printPlain prints a plain progress line.
 func (t *tracker) printPlain(v progressView) {
 	fmt.Fprint(t.out, renderPlain(v))
-	t.lastDraw = t.now()
+	t.lastCounts, t.lastNews = plainKey(v)
+	t.lastDraw, t.pending = t.now(), false
 }
 
 // plainHeartbeat is how often a plain line is repeated while nothing
@@ -416,7 +431,8 @@ func (t *tracker) tick() {
 	switch {
 	case t.tty && (t.dirty || t.now().Sub(t.lastDraw) >= time.Second):
 		t.draw()
-	case !t.tty && t.now().Sub(t.lastDraw) >= plainHeartbeat:
+	case !t.tty && t.pending && t.now().Sub(t.lastDraw) >= t.plainEvery,
+		!t.tty && t.now().Sub(t.lastDraw) >= plainHeartbeat:
 		t.printPlain(t.view())
 	}
 }
@@ -436,8 +452,12 @@ func (t *tracker) message(label, text string) {
 	}
 }
 
-// end leaves the progress line on the terminal and moves below it.
+// end leaves the progress line on the terminal and moves below it; without
+// a terminal it prints the counts not printed yet.
 func (t *tracker) end() {
+	if !t.tty && t.pending && t.op != nil {
+		t.printPlain(t.view())
+	}
 	if t.tty && t.drawn {
 		if t.dirty {
 			t.draw()

@@ -383,12 +383,12 @@ func renderPlain(v progressView) string {
 	return line + "\n"
 }
 
-// plainKey identifies the progress a plain line reports, so that one line
-// is printed per change: of the counts, the status, the note, the alerts,
-// or a bucket turning stuck or failing. The clock, the rates and the steps
-// of healthy buckets are left out: they change all the time, and the
-// terminal line shows them.
-func plainKey(v progressView) string {
+// plainKey identifies the progress a plain line reports: counts is the
+// operation's counts, news the rest worth a line of its own at once (the
+// status, the note, the alerts, a bucket turning stuck or failing). The
+// clock, the rates and the steps of healthy buckets are left out: they
+// change all the time, and the terminal line shows them.
+func plainKey(v progressView) (counts, news string) {
 	op := v.Op
 	var trouble []string
 	for _, m := range op.CurrentBuckets {
@@ -397,8 +397,9 @@ func plainKey(v progressView) string {
 		}
 	}
 	slices.Sort(trouble)
-	return fmt.Sprintf("%s|%d|%d|%d|%d|%s|%d|%s", op.Status, op.BucketsTotal, op.BucketsDone, op.DocumentsMoved, op.BytesMoved,
-		v.Note, len(op.Alerts), strings.Join(trouble, ","))
+	counts = fmt.Sprintf("%d|%d|%d|%d", op.BucketsTotal, op.BucketsDone, op.DocumentsMoved, op.BytesMoved)
+	news = fmt.Sprintf("%s|%s|%d|%s", op.Status, v.Note, len(op.Alerts), strings.Join(trouble, ","))
+	return counts, news
 }
 
 // currentText lists up to limit migrating buckets with their step and any
