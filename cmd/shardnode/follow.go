@@ -205,17 +205,17 @@ type tracker struct {
 	waited    time.Duration
 	wall      time.Duration
 
-	samples  []rateSample
+	samples []rateSample
 	// lastCounts and lastNews are plainKey's parts of the last plain
 	// line; pending says the counts changed since, unprinted.
 	lastCounts, lastNews string
 	pending              bool
 	plainEvery           time.Duration // see followOptions
 	lastDraw             time.Time
-	dirty    bool
-	drawn    bool // a progress line is on the terminal
-	alerts   map[string]bool
-	errs     map[string]bool
+	dirty                bool
+	drawn                bool // a progress line is on the terminal
+	alerts               map[string]bool
+	errs                 map[string]bool
 }
 
 // newTracker returns a tracker writing to out.
