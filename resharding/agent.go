@@ -886,8 +886,11 @@ func (a *Agent) awaitFinalPass(ctx context.Context, m raftfsm.BucketMigration) (
 
 // purge replaces the bucket's items that pass p covers and that its sender
 // had with artificial tombstones. A sender names (SentThrough) how far
-// this replica's feed had reached it; a replica it does not name had sent
-// it nothing, and keeps what it holds for the documents migrator.
+// each replica's feed had reached it: an item this replica stored within
+// its own feed's bound, or got from the sender, or whose every write the
+// sender had applied from some feed, is the sender's. A replica it does
+// not name had sent it nothing, and keeps what it holds for the documents
+// migrator.
 func (a *Agent) purge(ctx context.Context, b uint32, p raftfsm.MigrationPass) error {
 	covered, err := changevector.ParseVector(p.ChangeVector)
 	if err != nil {
@@ -908,7 +911,7 @@ func (a *Agent) purge(ctx context.Context, b uint32, p raftfsm.MigrationPass) er
 	var ops []storage.Op
 	err = a.s.IterateBucketsMeta(b, b, func(d *storage.Document) bool {
 		if !d.Artificial() {
-			ops = append(ops, storage.Op{Kind: storage.OpPurge, ID: d.ID, CoveredBy: covered, SentThrough: bound, SentBy: p.SentBy})
+			ops = append(ops, storage.Op{Kind: storage.OpPurge, ID: d.ID, CoveredBy: covered, SentThrough: bound, SentBy: p.SentBy, SentFeeds: p.SentThrough})
 		}
 		return true
 	})

@@ -60,15 +60,20 @@ func (ms purgeMarks) blocks(in changevector.ChangeVector) bool {
 // the mark's pass sent: its version is covered, and each of its order
 // entries (but the MOVE marker) is a write its sender had applied.
 func (m *purgeMark) blocks(in changevector.ChangeVector) bool {
-	if !m.covered.Covers(in.Version) {
-		return false
-	}
+	return m.covered.Covers(in.Version) && appliedAll(in.Order, m.sentThrough)
+}
+
+// appliedAll reports whether a replica that had each replica's feed
+// through sentThrough (by database id) had applied every write order
+// names (the MOVE markers aside), so that it held that version or a newer
+// one. An order of MOVE markers alone names no write, and tells nothing.
+func appliedAll(order changevector.Vector, sentThrough map[string]uint64) bool {
 	entries := 0
-	for _, e := range in.Order {
+	for _, e := range order {
 		if e.Tag == changevector.MoveTag {
 			continue
 		}
-		through, ok := m.sentThrough[e.DBID]
+		through, ok := sentThrough[e.DBID]
 		if !ok || e.Etag > through {
 			return false
 		}

@@ -83,6 +83,12 @@ type Op struct {
 	// was the sender's, so its version tells: it is purged when covered.
 	SentThrough uint64
 	SentBy      string
+	// SentFeeds is how far the sender had each replica's feed, by
+	// database id (the pass's SentThrough): an item above SentThrough
+	// that came here from a third replica is still the sender's when the
+	// sender had applied every write its order names (see appliedAll),
+	// and it is purged when covered.
+	SentFeeds map[string]uint64
 }
 
 // Result is the outcome of one Op.
@@ -995,7 +1001,8 @@ func (g *round) applyPurge(parent *round, op Op) (Result, error) {
 	if !op.CoveredBy.Covers(local.Version) {
 		return res, nil // newer than what moved: a leftover for the migrator
 	}
-	if op.SentThrough != 0 && cur.doc.Etag > op.SentThrough && (op.SentBy == "" || g.s.feedOrigin(cur.doc.Etag) != op.SentBy) {
+	if op.SentThrough != 0 && cur.doc.Etag > op.SentThrough && (op.SentBy == "" || g.s.feedOrigin(cur.doc.Etag) != op.SentBy) &&
+		!appliedAll(local.Order, op.SentFeeds) {
 		// The sender may never have had this version, though a merged
 		// version vector covers it (its entries can come from other
 		// shards' replicas, in no order this shard's feeds follow): a
