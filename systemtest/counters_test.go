@@ -180,6 +180,20 @@ func (u *upNodes) pick(rnd *rand.Rand) string {
 	}
 }
 
+// waitCaughtUp waits until member i's /healthz no longer lists replicas
+// catching up, as a rolling restart should before the next node stops
+// (see docs/operations.md, Restart).
+func waitCaughtUp(t *testing.T, c *testcluster.Cluster, i int) {
+	t.Helper()
+	testcluster.WaitFor(t, 30*time.Second, c.Members[i].Tag+"'s replicas to catch up", func() error {
+		r, err := testcluster.Expect(200, "GET", c.URL(i)+"/healthz", "")
+		if err == nil && r.JSON(t)["CatchingUp"] != nil {
+			err = fmt.Errorf("catching up: %v", r.JSON(t)["CatchingUp"])
+		}
+		return err
+	})
+}
+
 // runClients starts n clients, counted in wg, each calling step with its
 // own random source (seeded by seed and its number) until stop is closed.
 func runClients(wg *sync.WaitGroup, n int, seed uint64, stop <-chan struct{}, step func(rnd *rand.Rand)) {

@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -36,24 +38,8 @@ func backAndForthRangeMoves(t *testing.T, rf int) {
 	A := c.URL(0)
 	testcluster.Must(t, 201, "PUT", A+"/admin/databases/db", fmt.Sprintf(`{"Shards":2,"ReplicationFactor":%d}`, rf))
 	// Tenants whose buckets lie in shard 0's range, 35-59 documents each.
-	var ids []string
-	tenants := 0
-	for k := 0; tenants < 12; k++ {
-		tenant := fmt.Sprintf("t/%d", k)
-		if _, shard := bucketOf(t, A, "db", tenant); shard != 0 {
-			continue
-		}
-		tenants++
-		var cmds []string
-		for i := range 35 + k%25 {
-			id := fmt.Sprintf("d%d$%s", i, tenant)
-			ids = append(ids, id)
-			cmds = append(cmds, fmt.Sprintf(`{"Type":"PUT","Id":%q,"Document":{"N":0}}`, id))
-		}
-		testcluster.Must(t, 201, "POST", A+"/databases/db/bulk_docs?waitForReplicas="+fmt.Sprint(rf), `{"Commands":[`+join(cmds)+`]}`)
-	}
-	rec := testcluster.Must(t, 200, "GET", A+"/admin/databases/db", "").JSON(t)
-	end := uint32(rec["Sharding"].(map[string]any)["BucketRanges"].([]any)[1].(map[string]any)["BucketRangeStart"].(float64)) - 1
+	ids := loadShard0Tenants(t, A, "db", 12, 35, 25, rf)
+	end := shard0End(t, A, "db")
 	leftovers := followAllLeftovers(t, A, "db")
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -88,18 +74,91 @@ func backAndForthRangeMoves(t *testing.T, rf int) {
 	}
 }
 
+// loadShard0Tenants creates documents d0$t/k, d1$t/k, ... of n tenants
+// t/k whose buckets lie in shard 0's range, base+k%spread documents each,
+// waiting for rf replicas, and returns their ids.
+func loadShard0Tenants(t *testing.T, url, db string, n, base, spread, rf int) []string {
+	t.Helper()
+	var ids []string
+	tenants := 0
+	for k := 0; tenants < n; k++ {
+		tenant := fmt.Sprintf("t/%d", k)
+		if _, shard := bucketOf(t, url, db, tenant); shard != 0 {
+			continue
+		}
+		tenants++
+		var cmds []string
+		for i := range base + k%spread {
+			id := fmt.Sprintf("d%d$%s", i, tenant)
+			ids = append(ids, id)
+			cmds = append(cmds, fmt.Sprintf(`{"Type":"PUT","Id":%q,"Document":{"N":0}}`, id))
+		}
+		testcluster.Must(t, 201, "POST", fmt.Sprintf("%s/databases/%s/bulk_docs?waitForReplicas=%d", url, db, rf), `{"Commands":[`+join(cmds)+`]}`)
+	}
+	return ids
+}
+
+// shard0End is the last bucket of shard 0's range in db's record, with
+// shard 0 first and shard 1 next.
+func shard0End(t *testing.T, url, db string) uint32 {
+	t.Helper()
+	rec := testcluster.Must(t, 200, "GET", url+"/admin/databases/"+db, "").JSON(t)
+	return uint32(rec["Sharding"].(map[string]any)["BucketRanges"].([]any)[1].(map[string]any)["BucketRangeStart"].(float64)) - 1
+}
+
+// leftoverStart is the Moving step of a migration the documents migrator
+// (or the driver, for racers) started, as /events tells it.
+type leftoverStart struct {
+	Bucket                        uint32
+	MigrationIndex                uint64
+	SourceShard, DestinationShard int
+}
+
+func (l leftoverStart) String() string {
+	return fmt.Sprintf("bucket %d from shard %d to %d at index %d", l.Bucket, l.SourceShard, l.DestinationShard, l.MigrationIndex)
+}
+
+// scanLeftoverStarts reads an /events stream until it ends, calling found
+// for each leftovers migration's Moving step.
+func scanLeftoverStarts(r io.Reader, found func(leftoverStart)) {
+	sc := bufio.NewScanner(r)
+	event := ""
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "event: "):
+			event = line[len("event: "):]
+		case strings.HasPrefix(line, "data: ") && event == "migration":
+			var m struct {
+				leftoverStart
+				Step      string
+				Leftovers bool
+			}
+			if json.Unmarshal([]byte(line[len("data: "):]), &m) == nil && m.Leftovers && m.Step == "Moving" {
+				found(m.leftoverStart)
+			}
+		}
+	}
+}
+
+// openEvents opens url's /events stream for db.
+func openEvents(ctx context.Context, url, db string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, "GET", url+"/databases/"+db+"/events", nil)
+	if err != nil {
+		return nil, err
+	}
+	return http.DefaultClient.Do(req)
+}
+
 // followAllLeftovers follows url's /events for db and lists the
 // migrations the documents migrator (or the driver, for racers) starts,
 // of any bucket.
 func followAllLeftovers(t *testing.T, url, db string) func() []string {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	req, err := http.NewRequestWithContext(ctx, "GET", url+"/databases/"+db+"/events", nil)
+	res, err := openEvents(ctx, url, db)
 	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
+		cancel()
 		t.Fatal(err)
 	}
 	var mu sync.Mutex
@@ -107,28 +166,11 @@ func followAllLeftovers(t *testing.T, url, db string) func() []string {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		sc := bufio.NewScanner(res.Body)
-		event := ""
-		for sc.Scan() {
-			line := sc.Text()
-			switch {
-			case strings.HasPrefix(line, "event: "):
-				event = line[len("event: "):]
-			case strings.HasPrefix(line, "data: ") && event == "migration":
-				var m struct {
-					Bucket                        uint32
-					MigrationIndex                uint64
-					SourceShard, DestinationShard int
-					Step                          string
-					Leftovers                     bool
-				}
-				if json.Unmarshal([]byte(line[len("data: "):]), &m) == nil && m.Leftovers && m.Step == "Moving" {
-					mu.Lock()
-					seen = append(seen, fmt.Sprintf("bucket %d from shard %d to %d at index %d", m.Bucket, m.SourceShard, m.DestinationShard, m.MigrationIndex))
-					mu.Unlock()
-				}
-			}
-		}
+		scanLeftoverStarts(res.Body, func(l leftoverStart) {
+			mu.Lock()
+			seen = append(seen, l.String())
+			mu.Unlock()
+		})
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -139,6 +181,108 @@ func followAllLeftovers(t *testing.T, url, db string) func() []string {
 		mu.Lock()
 		defer mu.Unlock()
 		return append([]string(nil), seen...)
+	}
+}
+
+// TestRangeMovesAcrossCleanRestartsLeaveNothingForTheMigrator moves the
+// range of shard 0 to shard 1 and back at replication factor 3 while
+// writers overwrite the documents of the buckets in it, and restarts one
+// node cleanly before each move and another while the move runs (every
+// node holds a replica of both shards, so each restart stops a source and
+// a destination replica, the raft leader among them in turn). A clean stop
+// hands its writes over and a restarted replica catches up before it
+// serves, so every write into a moving bucket is still covered by its
+// move's passes: the documents migrator must start no migration, and
+// every replica must hold only its shard's buckets.
+func TestRangeMovesAcrossCleanRestartsLeaveNothingForTheMigrator(t *testing.T) {
+	if testing.Short() {
+		t.Skip("six range moves under writers and twelve restarts")
+	}
+	c := testcluster.Start(t, testcluster.Options{Nodes: 3, MigratorIntervalMs: 3000})
+	A := c.URL(0)
+	testcluster.Must(t, 201, "PUT", A+"/admin/databases/db", `{"Shards":2,"ReplicationFactor":3}`)
+	ids := loadShard0Tenants(t, A, "db", 10, 20, 20, 3)
+	end := shard0End(t, A, "db")
+	leftovers := followLeftoversOnEveryNode(t, c, "db")
+	up := newUpNodes(c)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	runClients(&wg, 4, 17, stop, func(rnd *rand.Rand) {
+		id := ids[rnd.IntN(len(ids))]
+		// Errors are expected while a node stops; what is checked is
+		// that nothing is left behind.
+		_, _ = testcluster.Do("PUT", up.pick(rnd)+"/databases/db/docs?id="+id, fmt.Sprintf(`{"N":%d}`, rnd.IntN(1000)))
+	})
+	restart := func(i int) {
+		up.set(i, false)
+		c.Members[i].Stop()
+		c.Members[i].Start()
+		waitCaughtUp(t, c, i)
+		up.set(i, true)
+	}
+	to := 1
+	for move := range 6 {
+		restart(move % 3)
+		mover := (move + 1) % 3
+		op := startReshard(t, c.URL(mover), "db", 0, end, to)
+		restart((move + 2) % 3)
+		waitOperation(t, c.URL(mover), "db", op, 2*time.Minute)
+		t.Logf("move %d to shard %d done; %d leftovers migrations so far", move+1, to, len(leftovers()))
+		to = 1 - to
+	}
+	close(stop)
+	wg.Wait()
+	// Sweeps after the last ownership change run within a migrator
+	// interval; give them two, then ask that nothing was found.
+	testcluster.WaitFor(t, 20*time.Second, "every replica to agree", func() error { return converged(t, c, "db") })
+	deadline := time.Now().Add(7 * time.Second)
+	for time.Now().Before(deadline) && len(leftovers()) == 0 {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if l := leftovers(); len(l) > 0 {
+		t.Errorf("the documents migrator started %d migrations: %s", len(l), strings.Join(l, "; "))
+	}
+}
+
+// followLeftoversOnEveryNode follows every member's /events for db,
+// connecting again whenever a member's stream ends (it was restarted),
+// and lists the leftovers migrations any of them reported, once each.
+// With at most one member down at a time, every migration is seen.
+func followLeftoversOnEveryNode(t *testing.T, c *testcluster.Cluster, db string) func() []string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var mu sync.Mutex
+	var seen []string
+	var wg sync.WaitGroup
+	for i := range c.Members {
+		url := c.URL(i)
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				if res, err := openEvents(ctx, url, db); err == nil {
+					scanLeftoverStarts(res.Body, func(l leftoverStart) {
+						mu.Lock()
+						if s := l.String(); !slices.Contains(seen, s) {
+							seen = append(seen, s)
+						}
+						mu.Unlock()
+					})
+					res.Body.Close()
+				}
+				select {
+				case <-ctx.Done():
+				case <-time.After(100 * time.Millisecond):
+				}
+			}
+		})
+	}
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+	})
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(seen)
 	}
 }
 

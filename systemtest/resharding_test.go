@@ -1,12 +1,10 @@
 package systemtest
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -326,36 +324,20 @@ func TestWritersDuringBackAndForthMoves(t *testing.T) {
 func followLeftovers(t *testing.T, url, db string, b uint32) func() int {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	req, err := http.NewRequestWithContext(ctx, "GET", url+"/databases/"+db+"/events", nil)
+	res, err := openEvents(ctx, url, db)
 	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
+		cancel()
 		t.Fatal(err)
 	}
 	var n atomic.Int64
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		sc := bufio.NewScanner(res.Body)
-		event := ""
-		for sc.Scan() {
-			line := sc.Text()
-			switch {
-			case strings.HasPrefix(line, "event: "):
-				event = line[len("event: "):]
-			case strings.HasPrefix(line, "data: ") && event == "migration":
-				var m struct {
-					Bucket    uint32
-					Step      string
-					Leftovers bool
-				}
-				if json.Unmarshal([]byte(line[len("data: "):]), &m) == nil && m.Bucket == b && m.Leftovers && m.Step == "Moving" {
-					n.Add(1)
-				}
+		scanLeftoverStarts(res.Body, func(l leftoverStart) {
+			if l.Bucket == b {
+				n.Add(1)
 			}
-		}
+		})
 	}()
 	t.Cleanup(func() {
 		cancel()

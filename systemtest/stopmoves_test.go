@@ -139,13 +139,7 @@ func incrementsAcrossRestarts(t *testing.T, mode testcluster.Mode, rounds int) {
 		up.set(i, true)
 		// As a rolling restart should: the next node stops only once this
 		// one's replicas caught up (see docs/operations.md, Restart).
-		testcluster.WaitFor(t, 30*time.Second, c.Members[i].Tag+"'s replicas to catch up", func() error {
-			r, err := testcluster.Expect(200, "GET", c.URL(i)+"/healthz", "")
-			if err == nil && r.JSON(t)["CatchingUp"] != nil {
-				err = fmt.Errorf("catching up: %v", r.JSON(t)["CatchingUp"])
-			}
-			return err
-		})
+		waitCaughtUp(t, c, i)
 		from = total.Load()
 		testcluster.WaitFor(t, 30*time.Second, "increments after the restart", func() error {
 			if got := total.Load() - from; got < 200 {
