@@ -185,11 +185,12 @@ func followAllLeftovers(t *testing.T, url, db string) func() []string {
 }
 
 // TestRangeMovesAcrossCleanRestartsLeaveNothingForTheMigrator moves the
-// range of shard 0 to shard 1 and back at replication factor 3 while
-// writers overwrite the documents of the buckets in it, and restarts one
-// node cleanly before each move and another while the move runs (every
-// node holds a replica of both shards, so each restart stops a source and
-// a destination replica, the raft leader among them in turn). A clean stop
+// range of shard 0 to shard 1 and back at replication factors 3 and 2
+// while writers overwrite the documents of the buckets in it, and
+// restarts one node cleanly before each move and another while the move
+// runs (at replication factor 3 every node holds a replica of both
+// shards, so each restart stops a source and a destination replica; the
+// raft leader is among them in turn). A clean stop
 // hands its writes over and a restarted replica catches up before it
 // serves, so every write into a moving bucket is still covered by its
 // move's passes: the documents migrator must start no migration, and
@@ -198,10 +199,15 @@ func TestRangeMovesAcrossCleanRestartsLeaveNothingForTheMigrator(t *testing.T) {
 	if testing.Short() {
 		t.Skip("six range moves under writers and twelve restarts")
 	}
+	t.Run("rf3", func(t *testing.T) { rangeMovesAcrossCleanRestarts(t, 3) })
+	t.Run("rf2", func(t *testing.T) { rangeMovesAcrossCleanRestarts(t, 2) })
+}
+
+func rangeMovesAcrossCleanRestarts(t *testing.T, rf int) {
 	c := testcluster.Start(t, testcluster.Options{Nodes: 3, MigratorIntervalMs: 3000})
 	A := c.URL(0)
-	testcluster.Must(t, 201, "PUT", A+"/admin/databases/db", `{"Shards":2,"ReplicationFactor":3}`)
-	ids := loadShard0Tenants(t, A, "db", 10, 20, 20, 3)
+	testcluster.Must(t, 201, "PUT", A+"/admin/databases/db", fmt.Sprintf(`{"Shards":2,"ReplicationFactor":%d}`, rf))
+	ids := loadShard0Tenants(t, A, "db", 10, 20, 20, rf)
 	end := shard0End(t, A, "db")
 	leftovers := followLeftoversOnEveryNode(t, c, "db")
 	up := newUpNodes(c)
