@@ -193,8 +193,10 @@ func followAllLeftovers(t *testing.T, url, db string) func() []string {
 // raft leader is among them in turn). A clean stop
 // hands its writes over and a restarted replica catches up before it
 // serves, so every write into a moving bucket is still covered by its
-// move's passes: the documents migrator must start no migration, and
-// every replica must hold only its shard's buckets.
+// move's passes: the documents migrator must start no migration, every
+// replica must hold only its shard's buckets, and every id must hold its
+// last acknowledged value (or that of a later write whose answer was
+// lost).
 func TestRangeMovesAcrossCleanRestartsLeaveNothingForTheMigrator(t *testing.T) {
 	if testing.Short() {
 		t.Skip("six range moves under writers and twelve restarts")
@@ -213,12 +215,41 @@ func rangeMovesAcrossCleanRestarts(t *testing.T, rf int) {
 	up := newUpNodes(c)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	runClients(&wg, 4, 17, stop, func(rnd *rand.Rand) {
-		id := ids[rnd.IntN(len(ids))]
-		// Errors are expected while a node stops; what is checked is
-		// that nothing is left behind.
-		_, _ = testcluster.Do("PUT", up.pick(rnd)+"/databases/db/docs?id="+id, fmt.Sprintf(`{"N":%d}`, rnd.IntN(1000)))
-	})
+	// Each writer owns the ids of its number and writes increasing values,
+	// so that the value each id ends with is known: its last acknowledged
+	// one, or one of the writes after it whose outcome the writer never
+	// heard (errors are expected while a node stops).
+	const writers = 4
+	type written struct {
+		acked   int   // 0: the load's
+		unknown []int // values written since, unanswered or refused
+	}
+	outcomes := make([]map[string]*written, writers)
+	for w := range writers {
+		outcomes[w] = map[string]*written{}
+		wg.Go(func() {
+			rnd := rand.New(rand.NewPCG(uint64(w), 17))
+			for v := 1; ; v++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				id := ids[w+writers*rnd.IntN((len(ids)-w+writers-1)/writers)]
+				o := outcomes[w][id]
+				if o == nil {
+					o = &written{}
+					outcomes[w][id] = o
+				}
+				r, err := testcluster.Do("PUT", up.pick(rnd)+"/databases/db/docs?id="+id, fmt.Sprintf(`{"N":%d}`, v))
+				if err == nil && r.Status == 201 {
+					o.acked, o.unknown = v, nil
+				} else {
+					o.unknown = append(o.unknown, v)
+				}
+			}
+		})
+	}
 	restart := func(i int) {
 		up.set(i, false)
 		c.Members[i].Stop()
@@ -248,6 +279,30 @@ func rangeMovesAcrossCleanRestarts(t *testing.T, rf int) {
 	if l := leftovers(); len(l) > 0 {
 		t.Errorf("the documents migrator started %d migrations: %s", len(l), strings.Join(l, "; "))
 	}
+	// No acknowledged write is lost, and nothing older comes back.
+	lost, checked := 0, 0
+	for w := range writers {
+		for id, o := range outcomes[w] {
+			if o.acked > 0 {
+				checked++
+			}
+			var got struct{ Results []struct{ N int } }
+			if err := json.Unmarshal(testcluster.Must(t, 200, "GET", A+"/databases/db/docs?id="+id, "").Body, &got); err != nil || len(got.Results) != 1 {
+				t.Fatalf("read %s: %v %+v", id, err, got)
+			}
+			if n := got.Results[0].N; n != o.acked && !slices.Contains(o.unknown, n) {
+				lost++
+				t.Errorf("%s holds %d; the last acknowledged write was %d, and %v went unanswered after it", id, n, o.acked, o.unknown)
+			}
+		}
+	}
+	if lost > 0 {
+		t.Errorf("%d ids lost their last acknowledged write", lost)
+	}
+	if checked < len(ids)/2 {
+		t.Errorf("only %d of %d ids had an acknowledged write to check", checked, len(ids))
+	}
+	t.Logf("%d ids checked against their last acknowledged write", checked)
 }
 
 // followLeftoversOnEveryNode follows every member's /events for db,
