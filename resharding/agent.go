@@ -929,7 +929,8 @@ func (a *Agent) purge(ctx context.Context, b uint32, p raftfsm.MigrationPass) er
 }
 
 // migrateLeftovers is the documents migrator: the first bucket holding
-// items that this shard does not own (and that no migration covers) gets a
+// items that this shard does not own (and that no migration covers) and
+// that its owner does not hold in the same or a newer version gets a
 // migration to its owner. Artificial tombstones count nowhere, so a purged
 // bucket is never picked again. After an ownership change (fenced), it
 // first waits for the client writes that passed the write guard before the
@@ -979,6 +980,14 @@ func (a *Agent) migrateLeftovers(ctx context.Context, rec *raftfsm.DatabaseRecor
 		return
 	}
 	owner := rec.ShardOf(found.Bucket)
+	// The owner may hold every stray copy already, in the same version or
+	// a newer one (a purge keeps what it cannot tell its sender had): such
+	// copies are dropped, as a sweep on another replica drops them, rather
+	// than moved again. Only what is left, or a bucket whose owner does
+	// not answer, gets a migration.
+	if kept, err := a.dropSupersededIn(ctx, rec, found.Bucket, owner); err == nil && kept == 0 {
+		return
+	}
 	a.logger.Info("documents migrator found items in a bucket this shard does not own", "bucket", found.Bucket, "owner", owner, "documents", found.DocumentsCount, "tombstones", found.TombstonesCount)
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()

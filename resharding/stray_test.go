@@ -229,7 +229,13 @@ func TestArrivalsOfAnUnseenMigrationStartNoLeftoversMigration(t *testing.T) {
 	fc.proposed = nil
 	rec.Etag++
 	rec.Sharding.BucketMigrations[stray] = &raftfsm.BucketMigration{Bucket: stray, SourceShard: 0, DestinationShard: 1, Status: raftfsm.MigrationMoving, Leftovers: true}
-	migrate("d$tenants/5", 5)
+	// It came from a replica of the source that the owner's replicas do
+	// not hold it from: the owner lacks it.
+	elsewhere := openStore(t, "D")
+	write(t, elsewhere, put("d$tenants/5", `{"v":1}`))
+	d, _ := elsewhere.GetItem("d$tenants/5")
+	write(t, mine, storage.Op{Kind: storage.OpMigrate, ID: d.ID, Body: d.Body, ChangeVector: d.ChangeVector, LastModified: d.LastModified,
+		MigrationIndex: 5, DatabaseID: "thedb"})
 	delete(rec.Sharding.BucketMigrations, stray)
 	rec.Etag++
 	a.clean = sweptState{}
@@ -237,5 +243,43 @@ func TestArrivalsOfAnUnseenMigrationStartNoLeftoversMigration(t *testing.T) {
 	a.migrateLeftovers(context.Background(), rec, false)
 	if got := started(); len(got) != 1 || got[0] != arriving {
 		t.Fatalf("leftovers migrations of buckets %v, want [%d]", got, arriving)
+	}
+}
+
+// TestLeftoversTheOwnerHoldsAreDroppedNotMoved: the responsible replica
+// finds items in a bucket another shard owns. Those the owner holds in the
+// same version are dropped and start no migration; one the owner lacks is
+// moved.
+func TestLeftoversTheOwnerHoldsAreDroppedNotMoved(t *testing.T) {
+	mine := openStore(t, "B") // shard 0, responsible
+	owner := openStore(t, "C")
+	b := bucket.ForID("tenants/7")
+	for _, id := range []string{"a$tenants/7", "b$tenants/7"} {
+		write(t, owner, put(id, `{"v":1}`))
+		replicate(t, owner, mine, id) // a copy the purge kept
+	}
+	rec := &raftfsm.DatabaseRecord{DatabaseName: "db", DatabaseID: "thedb", Etag: 7, Sharding: raftfsm.Sharding{
+		Shards:           map[int]*raftfsm.ShardTopology{0: {Members: []string{"B"}}, 1: {Members: []string{"C"}}},
+		BucketRanges:     bucket.Ranges{{BucketRangeStart: 0, ShardNumber: 0}, {BucketRangeStart: b, ShardNumber: 1}, {BucketRangeStart: b + 1, ShardNumber: 0}},
+		BucketMigrations: map[uint32]*raftfsm.BucketMigration{},
+	}}
+	fc := &strayCluster{fakeCluster: fakeCluster{rec: rec}, owner: owner}
+	a := &Agent{c: fc, db: "db", shard: 0, s: mine, logger: slog.New(slog.DiscardHandler)}
+	a.migrateLeftovers(context.Background(), rec, false)
+	if len(fc.proposed) != 0 {
+		t.Fatalf("copies the owner holds started %v", fc.proposed)
+	}
+	for _, id := range []string{"a$tenants/7", "b$tenants/7"} {
+		if _, err := mine.Get(id); err != storage.ErrNotFound {
+			t.Fatalf("%s, which the owner holds, is still here: %v", id, err)
+		}
+	}
+	write(t, mine, put("c$tenants/7", `{"v":1}`)) // the owner lacks it
+	a.migrateLeftovers(context.Background(), rec, false)
+	if len(fc.proposed) != 1 {
+		t.Fatalf("a copy the owner lacks started %v, want one migration", fc.proposed)
+	}
+	if s, ok := fc.proposed[0].(*raftfsm.StartBucketMigration); !ok || !s.Leftovers || s.Bucket != b || s.DestinationShard != 1 {
+		t.Fatalf("proposed %+v, want a leftovers migration of bucket %d to shard 1", fc.proposed[0], b)
 	}
 }
