@@ -965,29 +965,30 @@ func (a *Agent) migrateLeftovers(ctx context.Context, rec *raftfsm.DatabaseRecor
 	var found storage.BucketStats
 	picked := false
 	for _, st := range strays {
-		if seen, err := a.holdsSeenItem(st.Bucket, rec); err != nil || seen {
-			found, picked = st, true
-			break
+		if seen, err := a.holdsSeenItem(st.Bucket, rec); err == nil && !seen {
+			continue
 		}
+		// The owner may hold every stray copy already, in the same version
+		// or a newer one (a purge keeps what it cannot tell its sender
+		// had): such copies are dropped, as a sweep on another replica
+		// drops them, rather than moved again. Only what is left, or a
+		// bucket whose owner does not answer, gets a migration.
+		if kept, err := a.dropSupersededIn(ctx, rec, st.Bucket, rec.ShardOf(st.Bucket)); err == nil && kept == 0 {
+			continue
+		}
+		found, picked = st, true
+		break
 	}
 	if !picked {
 		// Every stray item came by a migration this node's record does not
-		// show yet: applying its start changes the record, and the next
-		// sweep looks again.
+		// show yet (applying its start changes the record, and the next
+		// sweep looks again), or its owner held it and it was dropped.
 		if len(strays) < maxStrayBuckets {
 			a.clean = state
 		}
 		return
 	}
 	owner := rec.ShardOf(found.Bucket)
-	// The owner may hold every stray copy already, in the same version or
-	// a newer one (a purge keeps what it cannot tell its sender had): such
-	// copies are dropped, as a sweep on another replica drops them, rather
-	// than moved again. Only what is left, or a bucket whose owner does
-	// not answer, gets a migration.
-	if kept, err := a.dropSupersededIn(ctx, rec, found.Bucket, owner); err == nil && kept == 0 {
-		return
-	}
 	a.logger.Info("documents migrator found items in a bucket this shard does not own", "bucket", found.Bucket, "owner", owner, "documents", found.DocumentsCount, "tombstones", found.TombstonesCount)
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
