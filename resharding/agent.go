@@ -911,7 +911,7 @@ func (a *Agent) purge(ctx context.Context, b uint32, p raftfsm.MigrationPass) er
 	var ops []storage.Op
 	err = a.s.IterateBucketsMeta(b, b, func(d *storage.Document) bool {
 		if !d.Artificial() {
-			ops = append(ops, storage.Op{Kind: storage.OpPurge, ID: d.ID, CoveredBy: covered, SentThrough: bound, SentBy: p.SentBy, SentFeeds: p.SentThrough})
+			ops = append(ops, storage.Op{Kind: storage.OpPurge, ID: d.ID, CoveredBy: covered, SentBy: p.SentBy, SentFeeds: p.SentThrough})
 		}
 		return true
 	})

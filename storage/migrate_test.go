@@ -143,8 +143,8 @@ func TestPurgeKeepsWhatTheSenderNeverHad(t *testing.T) {
 	st, _ := s.BucketStats(bucket.ForID("old$k"))
 	covered, _ := changevector.ParseVector(st.ChangeVector) // covers both versions
 	if _, err := s.Write(ctx, []Op{
-		{Kind: OpPurge, ID: "old$k", CoveredBy: covered, SentThrough: bound},
-		{Kind: OpPurge, ID: "late$k", CoveredBy: covered, SentThrough: bound},
+		{Kind: OpPurge, ID: "old$k", CoveredBy: covered, SentFeeds: map[string]uint64{s.DatabaseID(): bound}},
+		{Kind: OpPurge, ID: "late$k", CoveredBy: covered, SentFeeds: map[string]uint64{s.DatabaseID(): bound}},
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +173,7 @@ func TestPurgeTakesWhatCameFromTheSender(t *testing.T) {
 		t.Fatal(err)
 	}
 	covered, _ := changevector.ParseVector("Z:7-" + sender + ", A:99-" + s.DatabaseID())
-	if _, err := s.Write(ctx, []Op{{Kind: OpPurge, ID: "theirs$k", CoveredBy: covered, SentThrough: bound, SentBy: sender}}); err != nil {
+	if _, err := s.Write(ctx, []Op{{Kind: OpPurge, ID: "theirs$k", CoveredBy: covered, SentFeeds: map[string]uint64{s.DatabaseID(): bound}, SentBy: sender}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Get("theirs$k"); err != ErrNotFound {
@@ -211,7 +211,7 @@ func TestPurgeTakesWhatTheSenderHadFromAThirdReplica(t *testing.T) {
 	feeds := map[string]uint64{sender: 50, third: 12, s.DatabaseID(): bound}
 	var ops []Op
 	for _, id := range []string{"had$k", "later$k", "unnamed$k"} {
-		ops = append(ops, Op{Kind: OpPurge, ID: id, CoveredBy: covered, SentThrough: bound, SentBy: sender, SentFeeds: feeds})
+		ops = append(ops, Op{Kind: OpPurge, ID: id, CoveredBy: covered, SentBy: sender, SentFeeds: feeds})
 	}
 	if _, err := s.Write(ctx, ops); err != nil {
 		t.Fatal(err)

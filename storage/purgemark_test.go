@@ -60,7 +60,7 @@ func TestPurgeMarkStopsLateCopiesOfWhatMoved(t *testing.T) {
 	covered, _ := changevector.ParseVector(st.ChangeVector)
 	var purge []Op
 	for i := range 2 {
-		purge = append(purge, Op{Kind: OpPurge, ID: fmt.Sprintf("x/%d$%s", i, anchor), CoveredBy: covered, SentThrough: b.LastEtag(), SentBy: a.DatabaseID()})
+		purge = append(purge, Op{Kind: OpPurge, ID: fmt.Sprintf("x/%d$%s", i, anchor), CoveredBy: covered, SentFeeds: map[string]uint64{b.DatabaseID(): b.LastEtag()}, SentBy: a.DatabaseID()})
 	}
 	if _, err := b.Write(ctx, purge); err != nil {
 		t.Fatal(err)

@@ -74,21 +74,18 @@ type Op struct {
 	// CoveredBy is the version an item must be covered by to be purged
 	// (OpPurge).
 	CoveredBy changevector.Vector
-	// SentThrough, when not 0, is how far this replica's feed had reached
-	// the sender of a move (OpPurge): an item whose current version this
+	// SentFeeds is how far the sender of a move had each replica's feed,
+	// by database id (OpPurge; the pass's SentThrough). This replica's
+	// bound, when named and not 0: an item whose current version this
 	// replica stored later (a higher etag) was not sent, whatever its
-	// version, and is kept. 0: no such bound (senders of earlier versions).
-	// An item above the bound that this replica got from the sender itself
-	// (its feed entry names SentBy, the sender's database id, as origin)
-	// was the sender's, so its version tells: it is purged when covered.
-	SentThrough uint64
-	SentBy      string
-	// SentFeeds is how far the sender had each replica's feed, by
-	// database id (the pass's SentThrough): an item above SentThrough
-	// that came here from a third replica is still the sender's when the
-	// sender had applied every write its order names (see appliedAll),
-	// and it is purged when covered.
+	// version, and is kept, unless this replica got it from the sender
+	// itself (its feed entry names SentBy, the sender's database id, as
+	// origin) or the sender had applied every write its order names (see
+	// appliedAll), by whichever feed: then its version tells, and it is
+	// purged when covered. Without a bound (senders of earlier versions)
+	// the version alone tells.
 	SentFeeds map[string]uint64
+	SentBy    string
 }
 
 // Result is the outcome of one Op.
@@ -1001,7 +998,7 @@ func (g *round) applyPurge(parent *round, op Op) (Result, error) {
 	if !op.CoveredBy.Covers(local.Version) {
 		return res, nil // newer than what moved: a leftover for the migrator
 	}
-	if op.SentThrough != 0 && cur.doc.Etag > op.SentThrough && (op.SentBy == "" || g.s.feedOrigin(cur.doc.Etag) != op.SentBy) &&
+	if bound := op.SentFeeds[g.s.DatabaseID()]; bound != 0 && cur.doc.Etag > bound && (op.SentBy == "" || g.s.feedOrigin(cur.doc.Etag) != op.SentBy) &&
 		!appliedAll(local.Order, op.SentFeeds) {
 		// The sender may never have had this version, though a merged
 		// version vector covers it (its entries can come from other
