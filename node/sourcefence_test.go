@@ -108,10 +108,14 @@ func TestSourceLeaseSparesTheFlipsRoundTrip(t *testing.T) {
 	})
 	c := client{t, a.HTTPURL()}
 	c.must(201, "PUT", "/admin/databases/db", `{"Shards": 1, "ReplicationFactor": 2}`)
-	waitFor(t, 10*time.Second, "both replicas open, and each node up for the other", func() bool {
+	// Both replicas serve: a routed write into a replica still catching up
+	// with its peer is refused as ShardCatchingUp, before the lease is
+	// looked at.
+	waitFor(t, 10*time.Second, "both replicas open and serving, and each node up for the other", func() bool {
 		_, errA := a.local("db", 0)
 		_, errB := b.local("db", 0)
-		return errA == nil && errB == nil && a.health.up("B") && b.health.up("A")
+		return errA == nil && errB == nil && a.health.up("B") && b.health.up("A") &&
+			!a.catchUps.isBehind("db", 0) && !b.catchUps.isBehind("db", 0)
 	})
 	lb, _ := b.local("db", 0)
 	// A write B took itself into the bucket: the lease's answer covers it.
