@@ -73,6 +73,15 @@ type ReshardingConfig struct {
 	// is Moving is held back, never the steps around the ownership flip,
 	// where writes into the bucket wait.
 	MaxSendBytesPerSec int64 `yaml:"max-send-bytes-per-sec" json:"max-send-bytes-per-sec"`
+	// MaxAwaitingCleanup bounds a database's moved buckets whose source
+	// cleanup is not recorded yet (OwnershipTransferred): at the bound,
+	// resharding operations start no new bucket until some complete
+	// (resharding.max-awaiting-cleanup; 0 is no bound). Each such bucket
+	// is an entry of the database record, which every node holds and
+	// every raft snapshot writes; with a source node down, a move of a
+	// large range would otherwise grow it by an entry per bucket with
+	// data until the node is back or removed. Read by the raft leader.
+	MaxAwaitingCleanup int64 `yaml:"max-awaiting-cleanup" json:"max-awaiting-cleanup"`
 }
 
 // DebugConfig is the "debug" section.
@@ -201,7 +210,7 @@ func Default() Config {
 			Level:  "info",
 			Format: "text",
 		},
-		Resharding: ReshardingConfig{MigratorIntervalMs: 10000},
+		Resharding: ReshardingConfig{MigratorIntervalMs: 10000, MaxAwaitingCleanup: 10000},
 		Storage:    StorageConfig{DocCacheBytes: 128 * MiB, MemtableBudgetBytes: 256 * MiB, BlockCacheBytes: 256 * MiB},
 	}
 }
@@ -249,6 +258,7 @@ func (c *Config) fields() []field {
 		{"log.format", "log-format", &c.Log.Format, "log format: text or json"},
 		{"resharding.migrator-interval-ms", "", &c.Resharding.MigratorIntervalMs, "documents migrator sweep interval in milliseconds"},
 		{"resharding.max-send-bytes-per-sec", "", &c.Resharding.MaxSendBytesPerSec, "bytes per second this node sends of the buckets it moves out, all migrations together; 0 is no limit"},
+		{"resharding.max-awaiting-cleanup", "", &c.Resharding.MaxAwaitingCleanup, "moved buckets of a database that may wait for their source cleanup before operations start no new bucket; 0 is no bound"},
 		{"debug.failpoints", "", &c.Debug.Failpoints, "fault-test pauses: name=duration,... (never in production)"},
 		{"debug.pprof", "pprof", &c.Debug.Pprof, "serve Go's profiler under /debug/pprof/ on the HTTP address"},
 		{"debug.dial-rewrites", "", &c.Debug.DialRewrites, "from=to,... host:port pairs: peers' raft and HTTP addresses this node dials elsewhere (fault tests cut links this way)"},

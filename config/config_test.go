@@ -106,7 +106,7 @@ func TestDefaults(t *testing.T) {
 		NATS:       NATSConfig{Listen: "127.0.0.1:4222"},
 		Cluster:    ClusterConfig{Name: "shardnode"},
 		Log:        LogConfig{Level: "info", Format: "text"},
-		Resharding: ReshardingConfig{MigratorIntervalMs: 10000},
+		Resharding: ReshardingConfig{MigratorIntervalMs: 10000, MaxAwaitingCleanup: 10000},
 		Storage:    StorageConfig{DocCacheBytes: 128 << 20, MemtableBudgetBytes: 256 << 20, BlockCacheBytes: 256 << 20},
 	}
 	if !reflect.DeepEqual(d, want) {
@@ -182,7 +182,7 @@ func TestFileOnly(t *testing.T) {
 		NATS:       NATSConfig{Listen: "10.0.0.2:4223", ClusterListen: "10.0.0.2:6222", Routes: []string{"nats-route://10.0.0.1:6222", "nats-route://10.0.0.3:6222"}},
 		Cluster:    ClusterConfig{Name: "prod-1"},
 		Log:        LogConfig{Level: "debug", Format: "json"},
-		Resharding: ReshardingConfig{MigratorIntervalMs: 10000},
+		Resharding: ReshardingConfig{MigratorIntervalMs: 10000, MaxAwaitingCleanup: 10000},
 		Storage:    StorageConfig{DocCacheBytes: 128 << 20, MemtableBudgetBytes: 256 << 20, BlockCacheBytes: 256 << 20},
 	}
 	if !reflect.DeepEqual(*c, want) {
@@ -558,6 +558,16 @@ func TestWrongTypeRejected(t *testing.T) {
 	}
 	_, err = LoadFrom("", env(map[string]string{"SHARDNODE_RESHARDING_MAX_SEND_BYTES_PER_SEC": "-1"}), nil)
 	wantKeyError(t, err, "resharding.max-send-bytes-per-sec")
+	// The bound on moved buckets waiting for their cleanup: 10,000 unless
+	// set, 0 for none, never negative.
+	if c, err := LoadFrom("", env(nil), nil); err != nil || c.Resharding.MaxAwaitingCleanup != 10000 {
+		t.Errorf("default max-awaiting-cleanup: %+v %v", c.Resharding, err)
+	}
+	if c, err := LoadFrom("", env(map[string]string{"SHARDNODE_RESHARDING_MAX_AWAITING_CLEANUP": "0"}), nil); err != nil || c.Resharding.MaxAwaitingCleanup != 0 {
+		t.Errorf("max-awaiting-cleanup 0: %+v %v", c.Resharding, err)
+	}
+	_, err = LoadFrom("", env(map[string]string{"SHARDNODE_RESHARDING_MAX_AWAITING_CLEANUP": "-5"}), nil)
+	wantKeyError(t, err, "resharding.max-awaiting-cleanup")
 	// A count is not a size: no unit, and the message says so.
 	for _, v := range []string{"abc", "10KiB"} {
 		_, err = LoadFrom("", env(map[string]string{"SHARDNODE_RESHARDING_MIGRATOR_INTERVAL_MS": v}), nil)
@@ -623,7 +633,7 @@ func TestEnvNameAndKeys(t *testing.T) {
 		t.Fatalf("EnvName = %q", got)
 	}
 	keys := Keys()
-	if len(keys) != 25 || keys[0] != "node.tag" || keys[2] != "node.max-procs" || keys[13] != "nats.cluster-advertise" || keys[18] != "resharding.max-send-bytes-per-sec" || keys[19] != "debug.failpoints" || keys[20] != "debug.pprof" || keys[21] != "debug.dial-rewrites" || keys[22] != "storage.doc-cache-bytes" || keys[23] != "storage.memtable-budget-bytes" || keys[24] != "storage.block-cache-bytes" {
+	if len(keys) != 26 || keys[0] != "node.tag" || keys[2] != "node.max-procs" || keys[13] != "nats.cluster-advertise" || keys[18] != "resharding.max-send-bytes-per-sec" || keys[19] != "resharding.max-awaiting-cleanup" || keys[20] != "debug.failpoints" || keys[21] != "debug.pprof" || keys[22] != "debug.dial-rewrites" || keys[23] != "storage.doc-cache-bytes" || keys[24] != "storage.memtable-budget-bytes" || keys[25] != "storage.block-cache-bytes" {
 		t.Fatalf("Keys = %q", keys)
 	}
 }

@@ -166,6 +166,9 @@ func (c *Config) Validate() error {
 	if c.Resharding.MigratorIntervalMs < 10 {
 		bad("resharding.migrator-interval-ms", c.Resharding.MigratorIntervalMs, "must be at least 10")
 	}
+	if c.Resharding.MaxAwaitingCleanup < 0 {
+		bad("resharding.max-awaiting-cleanup", c.Resharding.MaxAwaitingCleanup, "must be 0 (no bound) or positive")
+	}
 	if c.Resharding.MaxSendBytesPerSec < 0 {
 		bad("resharding.max-send-bytes-per-sec", c.Resharding.MaxSendBytesPerSec, "must be 0 (no limit) or positive")
 	}

@@ -268,6 +268,10 @@ func (c reshardCluster) MigratorInterval() time.Duration {
 	return time.Duration(c.n.cfg.Resharding.MigratorIntervalMs) * time.Millisecond
 }
 
+func (c reshardCluster) MaxAwaitingCleanup() int {
+	return int(c.n.cfg.Resharding.MaxAwaitingCleanup)
+}
+
 func (c reshardCluster) NotePurge(db string, shard int, index uint64) {
 	c.n.replicas.notePurge(db, shard, index)
 }
@@ -669,6 +673,9 @@ func (n *Node) viewOperationOf(ctx context.Context, db string, shards map[int]*r
 		}
 	}
 	v.Alerts = append(v.Alerts, stuckAlerts(stuck)...)
+	if a := n.cleanupHoldAlert(db, op); a != "" {
+		v.Alerts = append(v.Alerts, a)
+	}
 	if len(v.Current) > maxCurrentShown {
 		// The buckets moving now first, then those waiting on confirmations,
 		// then on cleanups.
@@ -682,6 +689,27 @@ func (n *Node) viewOperationOf(ctx context.Context, db string, shards map[int]*r
 		v.Current = v.Current[:maxCurrentShown:maxCurrentShown]
 	}
 	return v
+}
+
+// cleanupHoldAlert says why a running operation of db starts no new
+// bucket when the database has as many moved buckets waiting for their
+// source cleanup as resharding.max-awaiting-cleanup allows (the driver on
+// the raft leader holds it then; this node reads the bound from its own
+// configuration, which a cluster is expected to share). Empty otherwise.
+func (n *Node) cleanupHoldAlert(db string, op *raftfsm.ReshardingOperation) string {
+	limit := int(n.cfg.Resharding.MaxAwaitingCleanup)
+	if limit <= 0 || op.Status != raftfsm.OperationRunning {
+		return ""
+	}
+	rec := n.recordOf(db)
+	if rec == nil {
+		return ""
+	}
+	waiting := raftfsm.AwaitingCleanup(rec)
+	if waiting < limit {
+		return ""
+	}
+	return fmt.Sprintf("no new bucket starts: %d moved buckets of the database wait for their source cleanup (resharding.max-awaiting-cleanup is %d); the move goes on as they complete: bring their source nodes back, or remove them from the cluster", waiting, limit)
 }
 
 // stuckAlerts returns the alerts of the stuck migrations views, in the

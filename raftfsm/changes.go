@@ -145,6 +145,19 @@ func OperationMigrations(rec *DatabaseRecord, id string) []*BucketMigration {
 	return out
 }
 
+// AwaitingCleanup counts rec's migrations that flipped ownership and wait
+// for their source replicas' cleanup (OwnershipTransferred): each stays in
+// the record until every source member has purged the bucket.
+func AwaitingCleanup(rec *DatabaseRecord) int {
+	n := 0
+	for _, m := range rec.Sharding.BucketMigrations {
+		if m.Status == MigrationOwnershipTransferred {
+			n++
+		}
+	}
+	return n
+}
+
 // Changes returns database db's changes made after index, oldest first.
 // through is the last applied index when it looked: the answer holds
 // every change of db up to through, so a watcher has seen the database

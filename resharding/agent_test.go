@@ -60,6 +60,8 @@ type fakeCluster struct {
 	// proposeErr, when set, fails every proposal of MoveEmptyBuckets.
 	released   [][]raftfsm.BucketSpan
 	proposeErr error
+	// maxAwaiting is MaxAwaitingCleanup's answer (0: no bound).
+	maxAwaiting int
 }
 
 func (c *fakeCluster) ReleaseEmptySpans(_ context.Context, _ string, _ int, spans []raftfsm.BucketSpan) {
@@ -132,6 +134,7 @@ func (c *fakeCluster) ObserveLastPass(t LastPassTimings) {
 func (c *fakeCluster) Failpoint(context.Context, string) {}
 func (c *fakeCluster) WaitReady(context.Context) error   { return nil }
 func (c *fakeCluster) MigratorInterval() time.Duration   { return time.Hour }
+func (c *fakeCluster) MaxAwaitingCleanup() int           { return c.maxAwaiting }
 func (c *fakeCluster) RangeStats(context.Context, string, int, uint32, uint32) ([]storage.BucketStats, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

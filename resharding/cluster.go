@@ -117,6 +117,10 @@ type Cluster interface {
 	WaitReady(ctx context.Context) error
 	// MigratorInterval is the documents migrator's sweep interval.
 	MigratorInterval() time.Duration
+	// MaxAwaitingCleanup bounds a database's migrations waiting for their
+	// source cleanup (OwnershipTransferred) before the driver starts no
+	// new bucket of its operations; 0 is no bound.
+	MaxAwaitingCleanup() int
 	// RangeStats returns the bucket statistics of db's shard in [from, to]
 	// from one of its replicas.
 	RangeStats(ctx context.Context, db string, shard int, from, to uint32) ([]storage.BucketStats, error)

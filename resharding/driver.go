@@ -38,6 +38,10 @@ type Driver struct {
 	// running holds the operations this driver saw running, to log their
 	// end once (on the leader, which drives them).
 	running map[opKey]bool
+	// held holds the databases whose operations start no new bucket
+	// because as many moved buckets as Cluster.MaxAwaitingCleanup allows
+	// wait for their source cleanup, to log the pause and its end once.
+	held map[string]bool
 }
 
 // opKey names an operation of a database.
@@ -112,6 +116,7 @@ func (d *Driver) step(ctx context.Context, db string) error {
 				delete(d.running, k) // the database is gone
 			}
 		}
+		delete(d.held, db)
 		return nil
 	}
 	ops := make([]*raftfsm.ReshardingOperation, 0, len(rec.Sharding.Resharding))
@@ -128,6 +133,9 @@ func (d *Driver) step(ctx context.Context, db string) error {
 	}
 	sort.Slice(ops, func(i, j int) bool { return ops[i].StartIndex < ops[j].StartIndex })
 	d.forgetEnded(rec)
+	if len(ops) > 0 && d.holdForCleanups(db, rec) {
+		return nil // the record's change that completes a cleanup wakes the driver
+	}
 	var errs []error
 	for _, op := range ops {
 		for _, src := range sourcesOf(rec, op) {
@@ -144,6 +152,36 @@ func (d *Driver) step(ctx context.Context, db string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// holdForCleanups reports whether db's operations must start no new
+// bucket: as many of its moved buckets as Cluster.MaxAwaitingCleanup
+// allows wait for their source replicas' cleanup. With a source node
+// down, each bucket with data a move flips stays in the record until that
+// node is back or removed; the bound keeps the record, which every node
+// holds and each raft snapshot writes, from growing by an entry per bucket
+// of the range. The operation's view says it waits (node: operation
+// alerts).
+func (d *Driver) holdForCleanups(db string, rec *raftfsm.DatabaseRecord) bool {
+	limit := d.c.MaxAwaitingCleanup()
+	waiting := 0
+	if limit > 0 {
+		waiting = raftfsm.AwaitingCleanup(rec)
+	}
+	hold := limit > 0 && waiting >= limit
+	if d.held == nil {
+		d.held = map[string]bool{}
+	}
+	switch {
+	case hold && !d.held[db]:
+		d.held[db] = true
+		d.logger.Warn("resharding starts no new bucket: too many moved buckets wait for their source cleanup; bring the source nodes back or remove them",
+			"db", db, "awaiting_cleanup", waiting, "resharding.max-awaiting-cleanup", limit)
+	case !hold && d.held[db]:
+		delete(d.held, db)
+		d.logger.Info("resharding goes on: moved buckets' cleanups completed", "db", db, "awaiting_cleanup", waiting)
+	}
+	return hold
 }
 
 // sourcesOf lists the shards other than the target owning buckets of op.

@@ -232,3 +232,52 @@ func TestRefillReleasesTheLeaseOfAFlipNotCommitted(t *testing.T) {
 		})
 	}
 }
+
+// TestDriverHoldsNewBucketsWhileTooManyAwaitCleanup: with as many moved
+// buckets waiting for their source cleanup as MaxAwaitingCleanup allows
+// (a source node down: each stays in the record until it is back or
+// removed), the driver starts no new bucket of a running operation; below
+// the bound, or with no bound, it goes on with the next one.
+func TestDriverHoldsNewBucketsWhileTooManyAwaitCleanup(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		limit  int
+		starts bool
+	}{{"at the bound", 2, false}, {"below it", 3, true}, {"no bound", 0, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := &raftfsm.DatabaseRecord{DatabaseName: "db", DatabaseID: "dbid", Etag: 40}
+			op := &raftfsm.ReshardingOperation{ID: "op", FromBucket: 10, ToBucket: 20, ToShard: 1, Status: raftfsm.OperationRunning}
+			rec.Sharding.Resharding = map[string]*raftfsm.ReshardingOperation{"op": op}
+			// Buckets 10 and 11 flipped (the range starts at 12 on shard 0
+			// for the driver) and wait for a source member's cleanup.
+			rec.Sharding.BucketRanges = bucket.Ranges{{BucketRangeStart: 0, ShardNumber: 0}, {BucketRangeStart: 10, ShardNumber: 1}, {BucketRangeStart: 12, ShardNumber: 0}, {BucketRangeStart: 1000, ShardNumber: 1}}
+			rec.Sharding.BucketMigrations = map[uint32]*raftfsm.BucketMigration{
+				10: {Bucket: 10, SourceShard: 0, DestinationShard: 1, Status: raftfsm.MigrationOwnershipTransferred, MigrationIndex: 5, OperationID: "op"},
+				11: {Bucket: 11, SourceShard: 0, DestinationShard: 1, Status: raftfsm.MigrationOwnershipTransferred, MigrationIndex: 7, OperationID: "op"},
+			}
+			c := &fakeCluster{rec: rec, maxAwaiting: tc.limit,
+				stats: []storage.BucketStats{{Bucket: 12, DocumentsCount: 3}, {Bucket: 17, DocumentsCount: 1}}}
+			d := &Driver{c: c, logger: slog.New(slog.DiscardHandler), queued: map[queueKey][]uint32{}, racers: map[queueKey][]raftfsm.BucketSpan{}, running: map[opKey]bool{}}
+			if err := d.step(context.Background(), "db"); err != nil {
+				t.Fatal(err)
+			}
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			var started []uint32
+			for _, cmd := range c.proposed {
+				if s, ok := cmd.(*raftfsm.StartBucketMigration); ok {
+					started = append(started, s.Bucket)
+				}
+			}
+			if tc.starts && !slices.Equal(started, []uint32{12}) {
+				t.Fatalf("started %v (proposed %d commands), want bucket 12 next", started, len(c.proposed))
+			}
+			if !tc.starts && len(c.proposed) != 0 {
+				t.Fatalf("proposed %d commands (started %v) with 2 buckets awaiting cleanup at a bound of 2, want none", len(c.proposed), started)
+			}
+			if got := d.held["db"]; got == tc.starts {
+				t.Fatalf("held %v, want %v", got, !tc.starts)
+			}
+		})
+	}
+}

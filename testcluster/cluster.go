@@ -49,6 +49,9 @@ type Options struct {
 	// MaxSendBytesPerSec is resharding.max-send-bytes-per-sec (0: no
 	// limit).
 	MaxSendBytesPerSec int64
+	// MaxAwaitingCleanup is resharding.max-awaiting-cleanup (0: the
+	// default).
+	MaxAwaitingCleanup int64
 	// CuttableLinks routes every link between two members (raft, the
 	// embedded NATS servers' routes, node-to-node HTTP) through a proxy
 	// of the test's own, so that Cut, Isolate and Heal can break and
@@ -162,6 +165,9 @@ func (m *Member) config() config.Config {
 		cfg.Resharding.MigratorIntervalMs = m.c.opts.MigratorIntervalMs
 	}
 	cfg.Resharding.MaxSendBytesPerSec = m.c.opts.MaxSendBytesPerSec
+	if m.c.opts.MaxAwaitingCleanup > 0 {
+		cfg.Resharding.MaxAwaitingCleanup = m.c.opts.MaxAwaitingCleanup
+	}
 	if m != m.c.Members[0] {
 		cfg.Raft.Bootstrap = false
 		cfg.Raft.Join = m.c.Members[0].URL()
@@ -257,7 +263,8 @@ func (m *Member) startProcess() {
 	cmd := exec.Command(Binary(m.c.t), args...)
 	cmd.Env = append(os.Environ(), "SHARDNODE_DEBUG_FAILPOINTS="+cfg.Debug.Failpoints,
 		"SHARDNODE_DEBUG_DIAL_REWRITES="+cfg.Debug.DialRewrites, "SHARDNODE_NATS_CLUSTER_ADVERTISE="+cfg.NATS.ClusterAdvertise,
-		fmt.Sprintf("SHARDNODE_RESHARDING_MIGRATOR_INTERVAL_MS=%d", cfg.Resharding.MigratorIntervalMs))
+		fmt.Sprintf("SHARDNODE_RESHARDING_MIGRATOR_INTERVAL_MS=%d", cfg.Resharding.MigratorIntervalMs),
+		fmt.Sprintf("SHARDNODE_RESHARDING_MAX_AWAITING_CLEANUP=%d", cfg.Resharding.MaxAwaitingCleanup))
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		m.c.t.Fatalf("start node %s: %v", m.Tag, err)
