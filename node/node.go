@@ -411,6 +411,9 @@ func (n *Node) leaderLoop(ctx context.Context) {
 				continue
 			}
 			n.logger.Info("became raft leader")
+			if n.driver != nil {
+				n.driver.Kick() // the old leader's queues went with it
+			}
 			n.kickRegister()
 			n.finishRemovals(ctx)
 		}

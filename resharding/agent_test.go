@@ -62,6 +62,9 @@ type fakeCluster struct {
 	proposeErr error
 	// maxAwaiting is MaxAwaitingCleanup's answer (0: no bound).
 	maxAwaiting int
+	// leader is IsLeader's answer; leaderAsked counts the calls.
+	leader      bool
+	leaderAsked int
 }
 
 func (c *fakeCluster) ReleaseEmptySpans(_ context.Context, _ string, _ int, spans []raftfsm.BucketSpan) {
@@ -110,7 +113,12 @@ func (c *fakeCluster) Watch() (<-chan uint64, func()) {
 	}
 	return c.watch, func() {}
 }
-func (c *fakeCluster) IsLeader() bool                                 { return false }
+func (c *fakeCluster) IsLeader() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.leaderAsked++
+	return c.leader
+}
 func (c *fakeCluster) Up(string) bool                                 { return true }
 func (c *fakeCluster) Behind(string, int) bool                        { return false }
 func (c *fakeCluster) Stopping() bool                                 { return false }

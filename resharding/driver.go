@@ -20,6 +20,11 @@ type Driver struct {
 	dbs    func() []string
 	cancel context.CancelFunc
 	done   chan struct{}
+	// kick wakes the driver when its node became the raft leader: the
+	// leader before it held the operations' queues in memory, and with no
+	// command applied since (the empty buckets flipped, no bucket with
+	// data started yet), nothing else would wake this one.
+	kick chan struct{}
 	// queued holds, per operation and source shard, the non-empty buckets
 	// still to migrate (learned from the source's bucket statistics).
 	queued map[queueKey][]uint32
@@ -68,9 +73,18 @@ func NewDriver(c Cluster, dbs func() []string, logger *slog.Logger) *Driver {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	d := &Driver{c: c, dbs: dbs, logger: logger.With("component", "resharding-driver"), cancel: cancel, done: make(chan struct{}), queued: map[queueKey][]uint32{}, racers: map[queueKey][]raftfsm.BucketSpan{}, running: map[opKey]bool{}}
+	d := &Driver{c: c, dbs: dbs, logger: logger.With("component", "resharding-driver"), cancel: cancel, done: make(chan struct{}), kick: make(chan struct{}, 1), queued: map[queueKey][]uint32{}, racers: map[queueKey][]raftfsm.BucketSpan{}, running: map[opKey]bool{}}
 	go d.run(ctx)
 	return d
+}
+
+// Kick makes the driver step now: its node just became the raft leader
+// (and its state is current). It does not block.
+func (d *Driver) Kick() {
+	select {
+	case d.kick <- struct{}{}:
+	default:
+	}
 }
 
 // Close stops the driver.
@@ -102,6 +116,7 @@ func (d *Driver) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-ch:
+		case <-d.kick:
 		case <-retry.C:
 		}
 	}

@@ -281,3 +281,53 @@ func TestDriverHoldsNewBucketsWhileTooManyAwaitCleanup(t *testing.T) {
 		})
 	}
 }
+
+// TestDriverStepsWhenItsNodeBecomesLeader: a node that becomes the raft
+// leader while no command is being applied (the old leader died after an
+// operation's empty buckets flipped, before a bucket with data started)
+// goes on with the operation when told (Kick), not at the next unrelated
+// change of the record (a QA run: a range move stood still for 4.5
+// minutes after a kill -9 of the leader, until a database was created).
+func TestDriverStepsWhenItsNodeBecomesLeader(t *testing.T) {
+	rec := &raftfsm.DatabaseRecord{DatabaseName: "db", DatabaseID: "dbid", Etag: 40}
+	rec.Sharding.BucketRanges = bucket.Ranges{{BucketRangeStart: 0, ShardNumber: 0}, {BucketRangeStart: 1000, ShardNumber: 1}}
+	op := &raftfsm.ReshardingOperation{ID: "op", FromBucket: 10, ToBucket: 20, ToShard: 1, Status: raftfsm.OperationRunning}
+	rec.Sharding.Resharding = map[string]*raftfsm.ReshardingOperation{"op": op}
+	c := &fakeCluster{rec: rec, stats: []storage.BucketStats{{Bucket: 12, DocumentsCount: 3}}}
+	d := NewDriver(c, func() []string { return []string{"db"} }, nil)
+	defer d.Close()
+	started := func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for _, cmd := range c.proposed {
+			if _, ok := cmd.(*raftfsm.StartBucketMigration); ok {
+				return true
+			}
+		}
+		return false
+	}
+	// The driver's first look found this node a follower.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c.mu.Lock()
+		asked := c.leaderAsked
+		c.mu.Unlock()
+		if asked > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the driver never asked whether its node leads")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	c.mu.Lock()
+	c.leader = true
+	c.mu.Unlock()
+	d.Kick()
+	for !started() {
+		if time.Now().After(deadline) {
+			t.Fatal("the new leader's driver started no bucket after Kick")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
