@@ -697,16 +697,16 @@ func (n *Node) viewOperationOf(ctx context.Context, db string, shards map[int]*r
 // the raft leader holds it then; this node reads the bound from its own
 // configuration, which a cluster is expected to share). Empty otherwise.
 func (n *Node) cleanupHoldAlert(db string, op *raftfsm.ReshardingOperation) string {
-	limit := int(n.cfg.Resharding.MaxAwaitingCleanup)
-	if limit <= 0 || op.Status != raftfsm.OperationRunning {
+	if op.Status != raftfsm.OperationRunning {
 		return ""
 	}
 	rec := n.recordOf(db)
 	if rec == nil {
 		return ""
 	}
-	waiting := raftfsm.AwaitingCleanup(rec)
-	if waiting < limit {
+	limit := int(n.cfg.Resharding.MaxAwaitingCleanup)
+	waiting, hold := resharding.CleanupHold(rec, limit)
+	if !hold {
 		return ""
 	}
 	return fmt.Sprintf("no new bucket starts: %d moved buckets of the database wait for their source cleanup (resharding.max-awaiting-cleanup is %d); the move goes on as they complete: bring their source nodes back, or remove them from the cluster", waiting, limit)

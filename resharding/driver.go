@@ -179,11 +179,7 @@ func (d *Driver) step(ctx context.Context, db string) error {
 // alerts).
 func (d *Driver) holdForCleanups(db string, rec *raftfsm.DatabaseRecord) bool {
 	limit := d.c.MaxAwaitingCleanup()
-	waiting := 0
-	if limit > 0 {
-		waiting = raftfsm.AwaitingCleanup(rec)
-	}
-	hold := limit > 0 && waiting >= limit
+	waiting, hold := CleanupHold(rec, limit)
 	if d.held == nil {
 		d.held = map[string]bool{}
 	}
@@ -197,6 +193,18 @@ func (d *Driver) holdForCleanups(db string, rec *raftfsm.DatabaseRecord) bool {
 		d.logger.Info("resharding goes on: moved buckets' cleanups completed", "db", db, "awaiting_cleanup", waiting)
 	}
 	return hold
+}
+
+// CleanupHold returns how many of rec's moved buckets wait for their
+// source cleanup, and whether that many keep its operations from starting
+// a new bucket under limit (Cluster.MaxAwaitingCleanup; 0 is no bound,
+// and nothing is counted).
+func CleanupHold(rec *raftfsm.DatabaseRecord, limit int) (waiting int, hold bool) {
+	if limit <= 0 {
+		return 0, false
+	}
+	waiting = raftfsm.AwaitingCleanup(rec)
+	return waiting, waiting >= limit
 }
 
 // sourcesOf lists the shards other than the target owning buckets of op.

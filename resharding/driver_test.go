@@ -306,28 +306,27 @@ func TestDriverStepsWhenItsNodeBecomesLeader(t *testing.T) {
 		}
 		return false
 	}
-	// The driver's first look found this node a follower.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	asked := func() bool {
 		c.mu.Lock()
-		asked := c.leaderAsked
-		c.mu.Unlock()
-		if asked > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the driver never asked whether its node leads")
-		}
-		time.Sleep(time.Millisecond)
+		defer c.mu.Unlock()
+		return c.leaderAsked > 0
 	}
+	waitUntil(t, 5*time.Second, "the driver's first look, as a follower", asked)
 	c.mu.Lock()
 	c.leader = true
 	c.mu.Unlock()
 	d.Kick()
-	for !started() {
+	waitUntil(t, 5*time.Second, "the new leader's driver to start a bucket after Kick", started)
+}
+
+// waitUntil fails t unless cond holds within d, looking every millisecond.
+func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatal("the new leader's driver started no bucket after Kick")
+			t.Fatalf("no %s within %v", what, d)
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(time.Millisecond)
 	}
 }
