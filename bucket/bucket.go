@@ -16,6 +16,7 @@
 package bucket
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -200,15 +201,15 @@ func EvenSplit(shards int) Ranges {
 // ShardOf returns the shard owning bucket b, or -1 if r is empty. r must be
 // valid; a b above MaxID falls in the last entry.
 func (r Ranges) ShardOf(b uint32) int {
-	i := r.index(b)
+	i := r.Index(b)
 	if i < 0 {
 		return -1
 	}
 	return r[i].ShardNumber
 }
 
-// index returns the index of the entry containing b, or -1 if none does.
-func (r Ranges) index(b uint32) int {
+// Index returns the index of the entry containing b, or -1 if r is empty.
+func (r Ranges) Index(b uint32) int {
 	return sort.Search(len(r), func(i int) bool { return r[i].BucketRangeStart > b }) - 1
 }
 
@@ -279,6 +280,71 @@ func (r Ranges) MoveRange(from, to uint32, shard int) Ranges {
 				add(e)
 			}
 		}
+	}
+	return out
+}
+
+// Span is an inclusive range of buckets, From <= To.
+type Span struct {
+	From uint32 `json:"From"`
+	To   uint32 `json:"To"`
+}
+
+// MoveSpans returns new ranges in which every bucket of spans belongs to
+// shard and every other bucket keeps its owner: the same as MoveRange
+// applied to each span in turn, in one pass over r. A bulk flip of
+// thousands of spans over a record fragmented by a large move (tens of
+// thousands of entries) would otherwise copy the ranges once per span,
+// holding the state's lock for a large part of a second on every node.
+// Spans may come in any order and overlap. It never modifies r or spans;
+// r must be valid. It panics on a span with From > To or To > MaxID, or
+// if shard < 0.
+func (r Ranges) MoveSpans(spans []Span, shard int) Ranges {
+	if shard < 0 {
+		panic(fmt.Sprintf("bucket: MoveSpans to shard %d", shard))
+	}
+	for _, sp := range spans {
+		if sp.From > sp.To || sp.To > MaxID {
+			panic(fmt.Sprintf("bucket: MoveSpans(%d-%d): need from <= to <= %d", sp.From, sp.To, MaxID))
+		}
+	}
+	merged := slices.Clone(spans)
+	slices.SortFunc(merged, func(a, b Span) int { return cmp.Compare(a.From, b.From) })
+	k := 0
+	for _, sp := range merged {
+		// Join a span that overlaps or touches the previous one.
+		if k > 0 && uint64(sp.From) <= uint64(merged[k-1].To)+1 {
+			merged[k-1].To = max(merged[k-1].To, sp.To)
+			continue
+		}
+		merged[k] = sp
+		k++
+	}
+	merged = merged[:k]
+	out := make(Ranges, 0, len(r)+2*len(merged))
+	add := func(e Range) {
+		if n := len(out); n > 0 && out[n-1].ShardNumber == e.ShardNumber {
+			return
+		}
+		out = append(out, e)
+	}
+	i := 0 // the next entry of r to copy
+	for _, sp := range merged {
+		for ; i < len(r) && r[i].BucketRangeStart < sp.From; i++ {
+			add(r[i])
+		}
+		add(Range{BucketRangeStart: sp.From, ShardNumber: shard})
+		if sp.To == MaxID {
+			return out
+		}
+		// Skip the entries that start within the span; the last one
+		// skipped (or the one before the span) owns the bucket after it.
+		for ; i < len(r) && r[i].BucketRangeStart <= sp.To+1; i++ {
+		}
+		add(Range{BucketRangeStart: sp.To + 1, ShardNumber: r[i-1].ShardNumber})
+	}
+	for ; i < len(r); i++ {
+		add(r[i])
 	}
 	return out
 }

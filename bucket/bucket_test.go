@@ -653,3 +653,49 @@ func TestLostProperties(t *testing.T) {
 		}
 	})
 }
+
+// TestMoveSpansIsMoveRangeInTurn checks the one-pass bulk move against
+// MoveRange applied span by span, over ranges fragmented by random moves
+// and spans in any order, overlapping, touching or reaching MaxID.
+func TestMoveSpansIsMoveRangeInTurn(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		n := rapid.IntRange(1, 6).Draw(t, "shards")
+		r := EvenSplit(n)
+		for range rapid.IntRange(0, 20).Draw(t, "fragments") {
+			from := drawBucket(t, r, "ffrom")
+			to := min(from+uint32(rapid.IntRange(0, 5000).Draw(t, "flen")), MaxID)
+			r = r.MoveRange(from, to, rapid.IntRange(0, n).Draw(t, "fshard"))
+		}
+		var spans []Span
+		for range rapid.IntRange(0, 12).Draw(t, "spans") {
+			from := drawBucket(t, r, "from")
+			to := from
+			switch rapid.IntRange(0, 2).Draw(t, "kind") {
+			case 0:
+				to = min(from+uint32(rapid.IntRange(0, 3).Draw(t, "len")), MaxID)
+			case 1:
+				to = drawBucket(t, r, "to")
+			}
+			if to < from {
+				from, to = to, from
+			}
+			spans = append(spans, Span{From: from, To: to})
+		}
+		shard := rapid.IntRange(0, n+1).Draw(t, "shard")
+		before, sbefore := slices.Clone(r), slices.Clone(spans)
+		want := r
+		for _, sp := range spans {
+			want = want.MoveRange(sp.From, sp.To, shard)
+		}
+		got := r.MoveSpans(spans, shard)
+		if !slices.Equal(r, before) || !slices.Equal(spans, sbefore) {
+			t.Fatalf("input mutated")
+		}
+		if err := got.Validate(); err != nil {
+			t.Fatalf("moving %v to %d: %v (%v)", spans, shard, err, got)
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("moving %v to %d over %v:\n got %v\nwant %v", spans, shard, r, got, want)
+		}
+	})
+}

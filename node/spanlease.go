@@ -132,9 +132,7 @@ func (f *spanLeases) release(db string, shard int, spans []raftfsm.BucketSpan) i
 	defer f.mu.Unlock()
 	before := len(f.m)
 	f.m = slices.DeleteFunc(f.m, func(l *spanLease) bool {
-		return l.db == db && l.shard == shard && slices.ContainsFunc(l.spans, func(a raftfsm.BucketSpan) bool {
-			return slices.ContainsFunc(spans, func(b raftfsm.BucketSpan) bool { return a.From <= b.To && b.From <= a.To })
-		})
+		return l.db == db && l.shard == shard && resharding.SpansOverlap(l.spans, spans)
 	})
 	f.n.Store(int32(len(f.m)))
 	return before - len(f.m)

@@ -109,10 +109,7 @@ type SourceMigrationFinalPass struct {
 func (SourceMigrationFinalPass) Type() CommandType { return TypeSourceMigrationFinalPass }
 
 // BucketSpan is an inclusive range of buckets.
-type BucketSpan struct {
-	From uint32 `json:"From"`
-	To   uint32 `json:"To"`
-}
+type BucketSpan = bucket.Span
 
 // MoveEmptyBuckets flips buckets that hold nothing on the source in one
 // step: there is no data to move. A write racing the flip is refused by
@@ -421,6 +418,14 @@ func applyMoveEmptyBuckets(s *State, index uint64, c *MoveEmptyBuckets) (any, er
 		if err := r.checkRunning(c.OperationID); err != nil {
 			return nil, err
 		}
+		// One flip may carry MaxLeaseSpans spans over a record that a
+		// large move fragmented into tens of thousands of ranges: each
+		// check is a search, and the ranges are rewritten once.
+		migrating := make([]uint32, 0, len(r.Sharding.BucketMigrations))
+		for b := range r.Sharding.BucketMigrations {
+			migrating = append(migrating, b)
+		}
+		slices.Sort(migrating)
 		var moved int64
 		for _, sp := range c.Spans {
 			if sp.From > sp.To || sp.To > bucket.MaxID {
@@ -429,16 +434,12 @@ func applyMoveEmptyBuckets(s *State, index uint64, c *MoveEmptyBuckets) (any, er
 			if !r.ownsAll(c.SourceShard, sp.From, sp.To) {
 				return nil, fmt.Errorf("%w: shard %d does not own all of buckets %d-%d", ErrConflict, c.SourceShard, sp.From, sp.To)
 			}
-			for b := range r.Sharding.BucketMigrations {
-				if b >= sp.From && b <= sp.To {
-					return nil, fmt.Errorf("%w: bucket %d in %d-%d is migrating", ErrConflict, b, sp.From, sp.To)
-				}
+			if i, _ := slices.BinarySearch(migrating, sp.From); i < len(migrating) && migrating[i] <= sp.To {
+				return nil, fmt.Errorf("%w: bucket %d in %d-%d is migrating", ErrConflict, migrating[i], sp.From, sp.To)
 			}
-		}
-		for _, sp := range c.Spans {
-			r.Sharding.BucketRanges = r.Sharding.BucketRanges.MoveRange(sp.From, sp.To, c.DestinationShard)
 			moved += int64(sp.To-sp.From) + 1
 		}
+		r.Sharding.BucketRanges = r.Sharding.BucketRanges.MoveSpans(c.Spans, c.DestinationShard)
 		if op := r.Sharding.Resharding[c.OperationID]; op != nil {
 			op.BucketsDone += moved
 		}
@@ -450,11 +451,7 @@ func applyMoveEmptyBuckets(s *State, index uint64, c *MoveEmptyBuckets) (any, er
 // ownsAll reports whether shard owns every bucket of [from, to].
 func (r *DatabaseRecord) ownsAll(shard int, from, to uint32) bool {
 	rs := r.Sharding.BucketRanges
-	for i := range rs {
-		f, t := rs.Span(i)
-		if t < from || f > to {
-			continue
-		}
+	for i := max(rs.Index(from), 0); i < len(rs) && rs[i].BucketRangeStart <= to; i++ {
 		if rs[i].ShardNumber != shard {
 			return false
 		}

@@ -88,7 +88,7 @@ func TestReshardingOperationCounts(t *testing.T) {
 		t.Fatalf("overlap: %v", r.Err)
 	}
 	// Empty buckets 349520..349523 flip at once; 349524 moves with data.
-	mustApply(t, f, 8, &MoveEmptyBuckets{Database: "db", SourceShard: 0, DestinationShard: 1, Spans: []BucketSpan{{349520, 349523}}, OperationID: "op"})
+	mustApply(t, f, 8, &MoveEmptyBuckets{Database: "db", SourceShard: 0, DestinationShard: 1, Spans: []BucketSpan{{From: 349520, To: 349523}}, OperationID: "op"})
 	mustApply(t, f, 9, &StartBucketMigration{Database: "db", Bucket: 349524, SourceShard: 0, DestinationShard: 1, OperationID: "op"})
 	mustApply(t, f, 10, &SourceMigrationSendCompleted{Database: "db", Bucket: 349524, MigrationIndex: 9, Documents: 3, Bytes: 30})
 	mustApply(t, f, 11, &DestinationMigrationConfirm{Database: "db", Bucket: 349524, MigrationIndex: 9, Node: "B"})

@@ -458,6 +458,22 @@ func InSpans(spans []raftfsm.BucketSpan, b uint32) bool {
 	return i < len(spans) && spans[i].From <= b
 }
 
+// SpansOverlap reports whether a bucket lies in both a and b (each
+// ascending and disjoint), in one pass over the two.
+func SpansOverlap(a, b []raftfsm.BucketSpan) bool {
+	for i, j := 0, 0; i < len(a) && j < len(b); {
+		switch {
+		case a[i].To < b[j].From:
+			i++
+		case b[j].To < a[i].From:
+			j++
+		default:
+			return true
+		}
+	}
+	return false
+}
+
 // forgetEnded drops what the driver kept for operations of rec that ended
 // (the keys of other databases' operations are not in rec).
 func (d *Driver) forgetEnded(rec *raftfsm.DatabaseRecord) {

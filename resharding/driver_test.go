@@ -45,6 +45,22 @@ func TestInSpans(t *testing.T) {
 	})
 }
 
+// TestSpansOverlap: the merge walk agrees with comparing every pair.
+func TestSpansOverlap(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		a, b := drawSpans(t, 12, 6), drawSpans(t, 12, 6)
+		want := false
+		for _, x := range a {
+			for _, y := range b {
+				want = want || (x.From <= y.To && y.From <= x.To)
+			}
+		}
+		if got := SpansOverlap(a, b); got != want {
+			t.Fatalf("SpansOverlap(%v, %v) = %v", a, b, got)
+		}
+	})
+}
+
 // TestWithoutBuckets: spans less held cover exactly the buckets of spans
 // not in held, ascending, disjoint, none empty.
 func TestWithoutBuckets(t *testing.T) {
