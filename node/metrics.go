@@ -328,6 +328,7 @@ var (
 	descFailures       = prometheus.NewDesc("shardnode_migration_failures", "Failures of the migrations in flight (each backs off before its retry).", []string{"db"}, nil)
 	descOperations     = prometheus.NewDesc("shardnode_resharding_operations", "Resharding operations the record keeps, by status.", []string{"db", "status"}, nil)
 	descBucketsLeft    = prometheus.NewDesc("shardnode_resharding_buckets_remaining", "Buckets the running resharding operations have still to move.", []string{"db"}, nil)
+	descCleanupHold    = prometheus.NewDesc("shardnode_resharding_cleanup_hold", "1 while the database's running resharding operations start no new bucket: resharding.max-awaiting-cleanup moved buckets wait for their source cleanup (a source node is down).", []string{"db"}, nil)
 	descRerouted       = prometheus.NewDesc("shardnode_writes_rerouted", "Client writes this node routed that a shard refused after an ownership flip, then sent to the new owner, and the delay the refusal added (quantiles over the latest 4096).", []string{"db"}, nil)
 	descDocCacheBytes  = prometheus.NewDesc("shardnode_doc_cache_bytes", "Bytes the node's document cache holds.", nil, nil)
 	descDocCacheBudget = prometheus.NewDesc("shardnode_doc_cache_budget_bytes", "The document cache's budget.", nil, nil)
@@ -464,12 +465,16 @@ func (c nodeCollector) collectResharding(ch chan<- prometheus.Metric, rec *raftf
 	ch <- prometheus.MustNewConstMetric(descFailures, prometheus.GaugeValue, float64(failures), db)
 	ops := map[string]int{}
 	var left int64
+	running := false
 	for _, op := range rec.Sharding.Resharding {
 		ops[op.Status]++
 		if op.EndedAt.IsZero() {
 			left += max(op.BucketsTotal-op.BucketsDone, 0)
 		}
+		running = running || op.Status == raftfsm.OperationRunning
 	}
+	_, hold := resharding.CleanupHold(rec, int(c.n.cfg.Resharding.MaxAwaitingCleanup))
+	ch <- prometheus.MustNewConstMetric(descCleanupHold, prometheus.GaugeValue, b2f(running && hold), db)
 	for s, v := range ops {
 		ch <- prometheus.MustNewConstMetric(descOperations, prometheus.GaugeValue, float64(v), db, s)
 	}

@@ -529,12 +529,34 @@ type operationView struct {
 	// bucket moved with a thousand waiting.
 	MoreBuckets map[raftfsm.MigrationStatus]int `json:"MoreBuckets,omitempty"`
 	Alerts      []string                        `json:"Alerts,omitempty"`
+	// CleanupHold is set while the operation starts no new bucket because
+	// resharding.max-awaiting-cleanup moved buckets of the database wait
+	// for their source cleanup: its progress stands still for as long, and
+	// a rate measured over the hold says nothing of the time left.
+	CleanupHold *cleanupHoldView `json:"CleanupHold,omitempty"`
+}
+
+// cleanupHoldView is an operation's cleanup hold (see resharding.CleanupHold).
+type cleanupHoldView struct {
+	// Waiting counts the database's migrations in OwnershipTransferred.
+	Waiting int `json:"Waiting"`
+	// Limit is resharding.max-awaiting-cleanup.
+	Limit int `json:"Limit"`
 }
 
 // maxCurrentShown bounds an operation view's CurrentBuckets. The record
 // (GET /admin/databases/{db}) and the resharding list's BucketMigrations
 // show every migration.
 const maxCurrentShown = 100
+
+// sortMigrations orders migration views as a move goes through them:
+// the buckets moving now first, then those waiting on confirmations, then
+// on cleanups; by bucket within a status.
+func sortMigrations(ms []migrationView) {
+	slices.SortFunc(ms, func(a, b migrationView) int {
+		return cmp.Or(cmp.Compare(stepRank(a.Status), stepRank(b.Status)), cmp.Compare(a.Bucket, b.Bucket))
+	})
+}
 
 // stepRank orders migration statuses as a move goes through them.
 func stepRank(s raftfsm.MigrationStatus) int {
@@ -673,15 +695,14 @@ func (n *Node) viewOperationOf(ctx context.Context, db string, shards map[int]*r
 		}
 	}
 	v.Alerts = append(v.Alerts, stuckAlerts(stuck)...)
-	if a := n.cleanupHoldAlert(db, op); a != "" {
-		v.Alerts = append(v.Alerts, a)
+	if h := n.cleanupHold(db, op); h != nil {
+		v.CleanupHold = h
+		v.Alerts = append(v.Alerts, h.alert())
 	}
 	if len(v.Current) > maxCurrentShown {
 		// The buckets moving now first, then those waiting on confirmations,
 		// then on cleanups.
-		slices.SortStableFunc(v.Current, func(a, b migrationView) int {
-			return cmp.Or(cmp.Compare(stepRank(a.Status), stepRank(b.Status)), cmp.Compare(a.Bucket, b.Bucket))
-		})
+		sortMigrations(v.Current)
 		v.MoreBuckets = map[raftfsm.MigrationStatus]int{}
 		for _, mv := range v.Current[maxCurrentShown:] {
 			v.MoreBuckets[mv.Status]++
@@ -691,25 +712,30 @@ func (n *Node) viewOperationOf(ctx context.Context, db string, shards map[int]*r
 	return v
 }
 
-// cleanupHoldAlert says why a running operation of db starts no new
-// bucket when the database has as many moved buckets waiting for their
-// source cleanup as resharding.max-awaiting-cleanup allows (the driver on
-// the raft leader holds it then; this node reads the bound from its own
-// configuration, which a cluster is expected to share). Empty otherwise.
-func (n *Node) cleanupHoldAlert(db string, op *raftfsm.ReshardingOperation) string {
+// cleanupHold is set when a running operation of db starts no new
+// bucket because the database has as many moved buckets waiting for
+// their source cleanup as resharding.max-awaiting-cleanup allows (the
+// driver on the raft leader holds it then; this node reads the bound from
+// its own configuration, which a cluster is expected to share).
+func (n *Node) cleanupHold(db string, op *raftfsm.ReshardingOperation) *cleanupHoldView {
 	if op.Status != raftfsm.OperationRunning {
-		return ""
+		return nil
 	}
 	rec := n.recordOf(db)
 	if rec == nil {
-		return ""
+		return nil
 	}
 	limit := int(n.cfg.Resharding.MaxAwaitingCleanup)
 	waiting, hold := resharding.CleanupHold(rec, limit)
 	if !hold {
-		return ""
+		return nil
 	}
-	return fmt.Sprintf("no new bucket starts: %d moved buckets of the database wait for their source cleanup (resharding.max-awaiting-cleanup is %d); the move goes on as they complete: bring their source nodes back, or remove them from the cluster", waiting, limit)
+	return &cleanupHoldView{Waiting: waiting, Limit: limit}
+}
+
+// alert says why the operation starts no new bucket, and what lifts it.
+func (h *cleanupHoldView) alert() string {
+	return fmt.Sprintf("no new bucket starts: %d moved buckets of the database wait for their source cleanup (resharding.max-awaiting-cleanup is %d); the move goes on as they complete: bring their source nodes back, or remove them from the cluster", h.Waiting, h.Limit)
 }
 
 // stuckAlerts returns the alerts of the stuck migrations views, in the
@@ -810,6 +836,7 @@ func (n *Node) handleListResharding(w http.ResponseWriter, r *http.Request) {
 	for _, m := range t.rec.Sharding.BucketMigrations {
 		migs = append(migs, n.viewMigration(r.Context(), t.rec.DatabaseName, t.rec.Sharding.Shards, m))
 	}
+	sortMigrations(migs)
 	writeJSON(w, http.StatusOK, map[string]any{"Operations": out, "BucketMigrations": migs})
 }
 

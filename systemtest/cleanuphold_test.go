@@ -72,12 +72,20 @@ func TestMoveWaitsWhileTooManyBucketsAwaitADownNodesCleanup(t *testing.T) {
 			t.Fatalf("operation %v with %s down, want Running", op["Status"], down.Tag)
 		}
 		alerts, _ := op["Alerts"].([]any)
-		for _, a := range alerts {
-			if s, _ := a.(string); strings.Contains(s, "no new bucket starts") && strings.Contains(s, fmt.Sprintf("%d moved buckets", bound)) {
-				return nil
-			}
+		if !slices.ContainsFunc(alerts, func(a any) bool {
+			s, _ := a.(string)
+			return strings.Contains(s, "no new bucket starts") && strings.Contains(s, fmt.Sprintf("%d moved buckets", bound))
+		}) {
+			return fmt.Errorf("alerts %v", alerts)
 		}
-		return fmt.Errorf("alerts %v", alerts)
+		// Said in a form a tool reads too: the view and a metric.
+		if h, _ := op["CleanupHold"].(map[string]any); h["Waiting"] != float64(bound) || h["Limit"] != float64(bound) {
+			return fmt.Errorf("CleanupHold %v", op["CleanupHold"])
+		}
+		if v := holdMetric(t, via); v != "1" {
+			return fmt.Errorf("shardnode_resharding_cleanup_hold %q", v)
+		}
+		return nil
 	})
 
 	// Back, the member cleans up, and the move completes.
@@ -85,6 +93,12 @@ func TestMoveWaitsWhileTooManyBucketsAwaitADownNodesCleanup(t *testing.T) {
 	op := waitOperation(t, via, "db", id, 90*time.Second)
 	if done, total := op["BucketsDone"], op["BucketsTotal"]; done != total {
 		t.Fatalf("operation done %v of %v", done, total)
+	}
+	if h, ok := op["CleanupHold"]; ok {
+		t.Fatalf("completed operation with CleanupHold %v", h)
+	}
+	if v := holdMetric(t, via); v != "0" {
+		t.Fatalf("shardnode_resharding_cleanup_hold %q after the move", v)
 	}
 	for _, d := range ids {
 		if _, shard := bucketOf(t, via, "db", d); shard != 1 {
@@ -101,4 +115,17 @@ func TestMoveWaitsWhileTooManyBucketsAwaitADownNodesCleanup(t *testing.T) {
 		}
 	}
 	testcluster.WaitFor(t, 30*time.Second, "replicas to converge", func() error { return converged(t, c, "db") })
+}
+
+// holdMetric is the value of shardnode_resharding_cleanup_hold for
+// database db on the node at url, as its /metrics text shows it.
+func holdMetric(t *testing.T, url string) string {
+	t.Helper()
+	body := testcluster.Must(t, 200, "GET", url+"/metrics", "").Body
+	for line := range strings.Lines(string(body)) {
+		if v, ok := strings.CutPrefix(line, `shardnode_resharding_cleanup_hold{db="db"} `); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
 }

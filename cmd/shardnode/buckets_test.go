@@ -1075,6 +1075,36 @@ func TestProgressCountsBytesWhenEstimated(t *testing.T) {
 	}
 }
 
+// TestProgressWhileHeld: while the operation is held for source cleanups
+// its progress line says so and gives no ETA (the rate measures the hold,
+// not the move), and the share says it counts data, not buckets.
+func TestProgressWhileHeld(t *testing.T) {
+	op := operation{Status: statusRunning, BucketsTotal: 524288, BucketsDone: 510383, BytesMoved: 1 << 20}
+	v := progressView{Op: op, Total: 300 << 20, ByteRate: 10, BucketRate: 0.01}
+	if v.eta() == "" {
+		t.Fatalf("no ETA before the hold")
+	}
+	v.Op.CleanupHold = &struct {
+		Waiting int `json:"Waiting"`
+		Limit   int `json:"Limit"`
+	}{50, 50}
+	if got := v.eta(); got != "" {
+		t.Errorf("ETA %q while held", got)
+	}
+	line := renderPlain(v)
+	for _, want := range []string{"0.3% of data", "510,383/524,288 buckets", "HELD: 50 moved buckets await source cleanup"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("plain line %q lacks %q", line, want)
+		}
+	}
+	if strings.Contains(line, "ETA") {
+		t.Errorf("plain line %q has an ETA while held", line)
+	}
+	if tty := renderTTY(v, 200); !strings.Contains(tty, "HELD") || strings.Contains(tty, "ETA") || !strings.Contains(tty, "of data") {
+		t.Errorf("terminal line %q", tty)
+	}
+}
+
 // TestByteRateCountsWhatIsInFlight: the byte rate includes what the
 // sender of a bucket in Moving has had stored, so a long copy shows its
 // rate while it runs instead of 0 until the bucket changes owner.

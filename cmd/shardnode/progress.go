@@ -47,6 +47,21 @@ type operation struct {
 	// not list in CurrentBuckets (it lists 100).
 	MoreBuckets map[string]int `json:"MoreBuckets"`
 	Alerts      []string       `json:"Alerts"`
+	// CleanupHold is set while the operation starts no new bucket because
+	// too many moved buckets wait for their source cleanup (a source node
+	// is down): its progress stands still until they complete.
+	CleanupHold *struct {
+		Waiting int `json:"Waiting"`
+		Limit   int `json:"Limit"`
+	} `json:"CleanupHold"`
+}
+
+// heldText says that the operation is held, or is empty.
+func heldText(op operation) string {
+	if op.CleanupHold == nil {
+		return ""
+	}
+	return fmt.Sprintf("HELD: %d moved buckets await source cleanup", op.CleanupHold.Waiting)
 }
 
 // finished reports whether the operation reached a final status. A
@@ -215,10 +230,21 @@ func (v progressView) share() float64 {
 	return math.Floor(min(999, 1000*float64(movedBytes(op))/float64(v.Total))) / 10
 }
 
+// shareUnit names what share counts when it is not the buckets: " of
+// data" (a sparse move has flipped most of its buckets long before most
+// of its data moved), or empty.
+func (v progressView) shareUnit() string {
+	if v.Total <= 0 || v.Op.settled() {
+		return ""
+	}
+	return " of data"
+}
+
 // eta estimates the time left from the estimate and the byte rate, or is
-// empty when either is unknown.
+// empty when either is unknown, or while the operation is held: the rate
+// then measures the hold (an ETA of 22 hours was seen), not the move.
 func (v progressView) eta() string {
-	if v.Total <= 0 || v.ByteRate <= 0 || v.Op.finished() {
+	if v.Total <= 0 || v.ByteRate <= 0 || v.Op.finished() || v.Op.CleanupHold != nil {
 		return ""
 	}
 	left := max(v.Total-movedBytes(v.Op), 0)
@@ -274,7 +300,7 @@ func progressBar(pct float64, width int) string {
 func progressFields(v progressView) []string {
 	op := v.Op
 	f := []string{
-		fmt.Sprintf("%.1f%%", v.share()),
+		fmt.Sprintf("%.1f%%%s", v.share(), v.shareUnit()),
 		fmt.Sprintf("%s/%s buckets", humanCount(op.BucketsDone), humanCount(op.BucketsTotal)),
 		docCount(op.DocumentsMoved),
 		v.sizeText(),
@@ -283,6 +309,9 @@ func progressFields(v progressView) []string {
 	}
 	if eta := v.eta(); eta != "" {
 		f = append(f, eta)
+	}
+	if h := heldText(op); h != "" {
+		f = append(f, h)
 	}
 	if a := alertsText(op); a != "" {
 		f = append(f, a)
@@ -313,9 +342,13 @@ func ttyLayouts(v progressView) [][]string {
 	if eta := v.eta(); eta != "" {
 		elapsed += " " + eta
 	}
+	if op.CleanupHold != nil {
+		elapsed += " HELD"
+	}
 	bar := func(w int) string { return progressBar(v.share(), w) }
 	layouts := [][]string{
-		{bar(20), pct, counts + " buckets", docs, size, rates, elapsed},
+		{bar(20), pct + v.shareUnit(), counts + " buckets", docs, size, rates, elapsed},
+		{bar(10), pct + v.shareUnit(), counts + " buckets", docs, size, rates, elapsed},
 		{bar(10), pct, counts + " buckets", docs, size, rates, elapsed},
 		{bar(10), pct, counts, docs, size, short, elapsed},
 		{pct, counts, docs, size, short, elapsed},
