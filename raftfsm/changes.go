@@ -2,6 +2,7 @@ package raftfsm
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 )
 
@@ -46,12 +47,23 @@ type Change struct {
 // maxChanges bounds the journal of changes the FSM keeps for watchers.
 const maxChanges = 8192
 
+// maxJournalMigrations bounds the migration entries the journal's
+// operation changes list (Change.Migrations) in all. With a source node
+// down every moved bucket waits for its cleanup, and each operation
+// change lists them all: at 10,000 waiting, a full journal held some
+// 20 million pointers, 160 MB on every node. A watcher behind what the
+// journal holds is told it may have missed changes.
+const maxJournalMigrations = 1 << 20
+
 // journal is the FSM's recent changes and the record versions they were
 // derived from; it is not part of the replicated state (a restore starts a
 // new journal).
 type journal struct {
 	seen    map[string]*DatabaseRecord // the record version changes were derived up to
 	changes []Change                   // oldest first, at most maxChanges
+	// listed counts the Migrations of changes, at most
+	// maxJournalMigrations.
+	listed int
 	// complete is the lowest index after which the journal holds every
 	// change: a watcher that last saw an older index may have missed some.
 	complete uint64
@@ -88,10 +100,27 @@ func (j *journal) add(cs []Change) {
 		return
 	}
 	j.changes = append(j.changes, cs...)
-	if over := len(j.changes) - maxChanges; over > 0 {
-		// Indexes up to the last dropped one may be incomplete now.
-		j.complete = max(j.complete, j.changes[over-1].Index)
-		j.changes = slices.Delete(j.changes, 0, over)
+	for _, c := range cs {
+		j.listed += len(c.Migrations)
+	}
+	over := 0 // the oldest changes to drop; the newest is always kept
+	for over < len(j.changes)-1 && (len(j.changes)-over > maxChanges || j.listed > maxJournalMigrations) {
+		j.listed -= len(j.changes[over].Migrations)
+		over++
+	}
+	if over == 0 {
+		return
+	}
+	// Indexes up to the last dropped one may be incomplete now.
+	j.complete = max(j.complete, j.changes[over-1].Index)
+	// Dropped from the front of a slice that grows at the back: the
+	// backing array is reused until the free space at its front is as
+	// large as what it holds, then the changes are copied to a new one
+	// (copying on every command moved the whole journal each time).
+	clear(j.changes[:over])
+	j.changes = j.changes[over:]
+	if cap(j.changes) > 4*len(j.changes)+64 {
+		j.changes = slices.Clone(j.changes)
 	}
 }
 
@@ -102,13 +131,14 @@ func DiffRecords(index uint64, prev, cur *DatabaseRecord) []Change {
 	ev := func(m *BucketMigration, step string) {
 		out = append(out, Change{Index: index, Database: cur.DatabaseName, Kind: ChangeMigration, Step: step, Migration: m})
 	}
-	for b, m := range cur.Sharding.BucketMigrations {
-		old, ok := prev.Sharding.BucketMigrations[b]
+	step := func(old, m *BucketMigration) {
 		switch {
-		case !ok || old.MigrationIndex != m.MigrationIndex:
-			if ok {
-				ev(old, "Completed")
-			}
+		case old == nil:
+			ev(m, string(m.Status))
+		case m == nil:
+			ev(old, "Completed")
+		case old.MigrationIndex != m.MigrationIndex:
+			ev(old, "Completed")
 			ev(m, string(m.Status))
 		case old.Status != m.Status:
 			ev(m, string(m.Status))
@@ -118,9 +148,17 @@ func DiffRecords(index uint64, prev, cur *DatabaseRecord) []Change {
 			ev(m, "Error")
 		}
 	}
-	for b, old := range prev.Sharding.BucketMigrations {
-		if _, ok := cur.Sharding.BucketMigrations[b]; !ok {
-			ev(old, "Completed")
+	var buckets []uint32
+	if cur.touched != nil && cur.base == prev.Etag {
+		// cur was made from prev, and every entry it changed is listed.
+		buckets = slices.Clone(cur.touched)
+	} else {
+		buckets = slices.AppendSeq(slices.Collect(maps.Keys(cur.Sharding.BucketMigrations)), maps.Keys(prev.Sharding.BucketMigrations))
+	}
+	slices.Sort(buckets)
+	for _, b := range slices.Compact(buckets) {
+		if old, m := prev.Sharding.BucketMigrations[b], cur.Sharding.BucketMigrations[b]; old != nil || m != nil {
+			step(old, m)
 		}
 	}
 	for id, op := range cur.Sharding.Resharding {

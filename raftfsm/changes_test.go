@@ -87,3 +87,30 @@ func TestJournalDropsOldestAndSaysSo(t *testing.T) {
 		t.Fatalf("after 10: %d changes from %d, complete %v", len(got), got[0].Index, complete)
 	}
 }
+
+// TestJournalBoundsTheMigrationsItLists: operation changes that list many
+// migrations each (a source node down, every moved bucket waiting) push
+// the oldest changes out before the journal is full by count, and a
+// watcher behind them is told so; the newest change always stays.
+func TestJournalBoundsTheMigrationsItLists(t *testing.T) {
+	j := newJournal(newState())
+	migs := make([]*BucketMigration, maxJournalMigrations/4)
+	for i := 1; i <= 10; i++ {
+		j.add([]Change{{Index: uint64(i), Database: "db", Kind: ChangeOperation, Migrations: migs}})
+		if j.listed > maxJournalMigrations {
+			t.Fatalf("after %d: %d migrations listed", i, j.listed)
+		}
+	}
+	f := &FSM{state: newState(), journal: j}
+	got, _, complete := f.Changes("db", 6)
+	if !complete || len(got) != 4 || got[0].Index != 7 {
+		t.Fatalf("after 6: %d changes, complete %v", len(got), complete)
+	}
+	if _, _, complete := f.Changes("db", 5); complete {
+		t.Fatal("changes after 5 claimed complete after 6 was dropped")
+	}
+	j.add([]Change{{Index: 11, Database: "db", Kind: ChangeOperation, Migrations: make([]*BucketMigration, 2*maxJournalMigrations)}})
+	if got, _, complete := f.Changes("db", 10); !complete || len(got) != 1 || got[0].Index != 11 {
+		t.Fatalf("a change over the bound alone: %d changes, complete %v", len(got), complete)
+	}
+}

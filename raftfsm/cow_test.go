@@ -101,7 +101,17 @@ func TestRecordVersionsNeverChange(t *testing.T) {
 					sm.MigrationIndex++
 				}
 			}
+			before := f.state.Databases["db"]
 			apply(c)
+			// The diff from the entries the command touched is the diff
+			// of every entry.
+			if after := f.state.Databases["db"]; after != before {
+				full := *after
+				full.touched = nil
+				if got, want := mustJSON(DiffRecords(index, before, after)), mustJSON(DiffRecords(index, before, &full)); !bytes.Equal(got, want) {
+					rt.Fatalf("after %T: the diff of the touched entries\n%s\nis not the diff of all\n%s", c, got, want)
+				}
+			}
 			keep()
 			if err := f.state.Databases["db"].Sharding.BucketRanges.Validate(); err != nil {
 				rt.Fatalf("after %T: %v", c, err)

@@ -122,7 +122,7 @@ func (r *DatabaseRecord) settleMigrations(at time.Time, index uint64) {
 			}
 		case MigrationOwnershipTransferred:
 			if containsAll(m.ConfirmedSourceCleanup, r.Sharding.Shards[m.SourceShard].Members) {
-				delete(r.Sharding.BucketMigrations, b)
+				r.dropMigration(b)
 				r.finishOperations(at)
 			}
 		}

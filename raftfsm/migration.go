@@ -281,7 +281,7 @@ func applyStartBucketMigration(s *State, index uint64, c *StartBucketMigration) 
 		m := &BucketMigration{Bucket: c.Bucket, SourceShard: c.SourceShard, DestinationShard: c.DestinationShard,
 			Status: MigrationMoving, MigrationIndex: index, StatusSince: c.At, Leftovers: c.Leftovers, OperationID: c.OperationID,
 			ConfirmedDestinations: []string{}, ConfirmedSourceCleanup: []string{}}
-		r.Sharding.BucketMigrations[c.Bucket] = m
+		r.putMigration(c.Bucket, m)
 		return m, nil
 	})
 }
@@ -404,7 +404,7 @@ func applySourceCleanup(s *State, index uint64, c *SourceMigrationCleanup) (any,
 				return m, nil
 			}
 		}
-		delete(r.Sharding.BucketMigrations, c.Bucket)
+		r.dropMigration(c.Bucket)
 		r.finishOperations(c.At)
 		return m, nil
 	})

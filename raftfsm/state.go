@@ -74,6 +74,16 @@ type DatabaseRecord struct {
 	CreatedIndex uint64 `json:"CreatedIndex"`
 	// Etag is the raft index of the record's latest change.
 	Etag uint64 `json:"Etag"`
+
+	// touched lists the buckets whose migration entry the command that
+	// made this version added, replaced or removed, when the version was
+	// made from the one of etag base (see cow); nil when unknown. The
+	// journal's diff then looks at those entries alone, not at every
+	// migration of the record: with 10,000 moved buckets waiting for a
+	// down node's cleanup, comparing them all took 0.8 ms per command.
+	// Not part of the replicated state.
+	touched []uint32
+	base    uint64
 }
 
 // Sharding is the sharding part of a database record.
@@ -220,6 +230,7 @@ func (r *DatabaseRecord) ShardNumbers() []int {
 // Clone returns a deep copy, safe to hand out of the state machine.
 func (r *DatabaseRecord) Clone() *DatabaseRecord {
 	c := r.cow()
+	c.touched = nil
 	c.Sharding.BucketRanges = slices.Clone(r.Sharding.BucketRanges)
 	for b, m := range r.Sharding.BucketMigrations {
 		c.Sharding.BucketMigrations[b] = m.clone()
@@ -238,9 +249,12 @@ func (r *DatabaseRecord) Clone() *DatabaseRecord {
 // waits in the record for that node's cleanup: a node's Go heap reached
 // 1 GB at 1,000 such entries, and one command cost 0.84 ms and 632 KB
 // (12 ms and 6.2 MB at 10,000) where it now costs 0.11 ms and 40 KB
-// (BenchmarkCommandWithManyMigrations).
+// (BenchmarkCommandWithManyMigrations). At 10,000 it costs 0.3 ms and
+// 300 KB, mostly this copy of the migrations map; the journal's diff
+// looks only at the entries the command touched (see touched).
 func (r *DatabaseRecord) cow() *DatabaseRecord {
 	c := *r
+	c.touched, c.base = []uint32{}, r.Etag
 	c.Sharding.Shards = make(map[int]*ShardTopology, len(r.Sharding.Shards))
 	for n, t := range r.Sharding.Shards {
 		c.Sharding.Shards[n] = &ShardTopology{Members: slices.Clone(t.Members), AddedIndex: t.AddedIndex}
@@ -281,8 +295,27 @@ func (r *DatabaseRecord) ownMigration(b uint32) *BucketMigration {
 		return nil
 	}
 	c := m.clone()
-	r.Sharding.BucketMigrations[b] = c
+	r.putMigration(b, c)
 	return c
+}
+
+// putMigration sets bucket b's migration entry in a version cow made.
+func (r *DatabaseRecord) putMigration(b uint32, m *BucketMigration) {
+	r.Sharding.BucketMigrations[b] = m
+	r.touch(b)
+}
+
+// dropMigration removes bucket b's migration entry from a version cow
+// made.
+func (r *DatabaseRecord) dropMigration(b uint32) {
+	delete(r.Sharding.BucketMigrations, b)
+	r.touch(b)
+}
+
+func (r *DatabaseRecord) touch(b uint32) {
+	if r.touched != nil {
+		r.touched = append(r.touched, b)
+	}
 }
 
 func newState() *State {
