@@ -32,6 +32,7 @@ func expectedRows() [][2]string {
 		{"reshard-foreground-open-loop", "shardnode"}, {"reshard-foreground-open-loop", "no-move"},
 		{"reshard-bulk-foreground", "shardnode"}, {"reshard-bulk-foreground", "no-move"},
 		{"reshard-bulk-foreground-paced", "shardnode"}, {"reshard-bulk-foreground-paced", "no-move"},
+		{"reshard-sparse-range", "shardnode"}, {"reshard-sparse-range", "no-move"},
 	}
 }
 
@@ -84,13 +85,17 @@ func TestQuickRunProducesEveryRow(t *testing.T) {
 	}
 	// The resharding rows: their own figures and their ratios are there
 	// (never a speed).
-	for _, w := range []string{"reshard-small-buckets", "reshard-bulk-transfer", "reshard-foreground", "reshard-foreground-open-loop"} {
+	for _, w := range []string{"reshard-small-buckets", "reshard-bulk-transfer", "reshard-foreground", "reshard-foreground-open-loop", "reshard-sparse-range"} {
 		if row, _ := rep.Row(w, "shardnode"); row.Reshard == nil || row.Reshard.DocumentsMoved <= 0 || row.Reshard.BytesMoved <= 0 {
 			t.Errorf("%s/shardnode row without resharding figures: %+v", w, row)
 		}
 	}
 	if row, _ := rep.Row("reshard-small-buckets", "shardnode"); row.Reshard != nil && (row.Reshard.Timed == 0 || row.Reshard.BucketP50Ms <= 0 || row.Reshard.MsPerBucket <= 0) {
 		t.Errorf("reshard-small-buckets row without per-bucket times: %+v", row.Reshard)
+	}
+	// The sparse range: most of its buckets flipped empty, in bulk.
+	if row, _ := rep.Row("reshard-sparse-range", "shardnode"); row.Reshard != nil && (row.Reshard.Buckets == 0 || row.Reshard.EmptyBuckets < 300000) {
+		t.Errorf("reshard-sparse-range row: %d buckets moved with data, %d empty flipped, want some and most of shard 0's 349,525", row.Reshard.Buckets, row.Reshard.EmptyBuckets)
 	}
 	if row, _ := rep.Row("reshard-bulk-transfer", "shardnode"); row.MBPerSec <= 0 {
 		t.Errorf("reshard-bulk-transfer/shardnode row without MB/s: %+v", row)
@@ -104,7 +109,7 @@ func TestQuickRunProducesEveryRow(t *testing.T) {
 		t.Errorf("reshard-two-sources rows: two sources %+v, one source %+v", two.Reshard, one.Reshard)
 	}
 	for _, b := range [][2]string{{"reshard-two-sources", "one-source"}, {"reshard-bulk-transfer", "pebble"}, {"reshard-foreground", "no-move"}, {"reshard-foreground-open-loop", "no-move"},
-		{"reshard-bulk-foreground", "no-move"}, {"reshard-bulk-foreground-paced", "no-move"}} {
+		{"reshard-bulk-foreground", "no-move"}, {"reshard-bulk-foreground-paced", "no-move"}, {"reshard-sparse-range", "no-move"}} {
 		if row, _ := rep.Row(b[0], b[1]); row.VsOps <= 0 {
 			t.Errorf("%s/%s row without a ratio: %+v", b[0], b[1], row)
 		}

@@ -25,13 +25,14 @@ const (
 
 // AllWorkloads lists every workload name in run order. "ycsb" in
 // Options.Workloads stands for the six YCSB workloads, "reshard" for the
-// five resharding workloads and "all" for everything.
+// six resharding workloads and "all" for everything.
 func AllWorkloads() []string {
 	return []string{
 		WorkloadRSS, WorkloadBulk, WorkloadPut, WorkloadGet,
 		WorkloadYCSBC, WorkloadYCSBB, WorkloadYCSBA, WorkloadYCSBF, WorkloadYCSBD, WorkloadYCSBE,
 		WorkloadNATS,
 		WorkloadReshardSmall, WorkloadReshardTwoSources, WorkloadReshardBulk, WorkloadReshardForeground, WorkloadReshardBulkForeground,
+		WorkloadReshardSparse,
 	}
 }
 
@@ -98,7 +99,8 @@ type Options struct {
 	// Shards is the shard count of the databases the benchmark creates.
 	Shards int
 	// ReshardBuckets is the number of non-empty buckets (10 documents of
-	// ~1 KiB each) reshard-small-buckets moves.
+	// ~1 KiB each) reshard-small-buckets moves; reshard-sparse-range
+	// loads ten times as many documents with random ids.
 	ReshardBuckets int64
 	// ReshardBulkMB is the size of reshard-bulk-transfer's bucket, in MB
 	// (10^6 bytes) of 4 KiB documents.

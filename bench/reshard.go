@@ -199,6 +199,8 @@ func (r *run) reshard(ctx context.Context, w string) []Row {
 		case WorkloadReshardForeground:
 			rows = append(rows, Row{Workload: w, System: sysNoMove, Baseline: true, Skipped: skip},
 				Row{Workload: rowReshardOpenLoop, System: sysShardnode, Skipped: skip}, Row{Workload: rowReshardOpenLoop, System: sysNoMove, Baseline: true, Skipped: skip})
+		case WorkloadReshardSparse:
+			rows = append(rows, Row{Workload: w, System: sysNoMove, Baseline: true, Skipped: skip})
 		case WorkloadReshardBulkForeground:
 			rows = append(rows, Row{Workload: w, System: sysNoMove, Baseline: true, Skipped: skip},
 				Row{Workload: rowReshardBulkPaced, System: sysShardnode, Skipped: skip}, Row{Workload: rowReshardBulkPaced, System: sysNoMove, Baseline: true, Skipped: skip})
@@ -214,6 +216,8 @@ func (r *run) reshard(ctx context.Context, w string) []Row {
 		return r.reshardBulk(ctx)
 	case WorkloadReshardBulkForeground:
 		return r.reshardBulkForeground(ctx)
+	case WorkloadReshardSparse:
+		return r.reshardSparse(ctx)
 	default:
 		return append(r.reshardForeground(ctx, false), r.reshardForeground(ctx, true)...)
 	}
@@ -1191,8 +1195,8 @@ const openLoopShare = 0.25
 // foreground runs the write load until stop closes: clients writers spread
 // over the nodes; the first movers write into pick()'s tenant bucket (64
 // ids each, overwritten), the others insert new documents whose buckets
-// lie outside [from, to]. The first error is kept and counted, and the
-// load goes on.
+// lie outside [from, to] (anywhere when from > to). The first error is
+// kept and counted, and the load goes on.
 //
 // With every 0 the writers are closed-loop (each sends its next write when
 // the last is answered). Otherwise each sends one write every `every`, on

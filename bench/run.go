@@ -160,7 +160,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 			rep.Rows = append(rep.Rows, r.bulk(ctx)...)
 		case WorkloadNATS:
 			rep.Rows = append(rep.Rows, r.nats(ctx)...)
-		case WorkloadReshardSmall, WorkloadReshardTwoSources, WorkloadReshardBulk, WorkloadReshardForeground, WorkloadReshardBulkForeground:
+		case WorkloadReshardSmall, WorkloadReshardTwoSources, WorkloadReshardBulk, WorkloadReshardForeground, WorkloadReshardBulkForeground, WorkloadReshardSparse:
 			rep.Rows = append(rep.Rows, r.reshard(ctx, w)...)
 		case WorkloadGet:
 			if r.ceiling == nil {
@@ -511,7 +511,7 @@ func workloadRank(w string) int {
 	order := []string{rowBulk, WorkloadPut, WorkloadGet, WorkloadYCSBA, WorkloadYCSBB, WorkloadYCSBC,
 		WorkloadYCSBD, WorkloadYCSBE, WorkloadYCSBF, rowNATSRequest, rowNATSPublish, WorkloadRSS,
 		WorkloadReshardSmall, WorkloadReshardTwoSources, WorkloadReshardBulk, WorkloadReshardForeground, rowReshardOpenLoop,
-		WorkloadReshardBulkForeground, rowReshardBulkPaced}
+		WorkloadReshardBulkForeground, rowReshardBulkPaced, WorkloadReshardSparse}
 	if i := slices.Index(order, w); i >= 0 {
 		return i
 	}
@@ -591,7 +591,7 @@ func redactURL(s string) string {
 // (or rows).
 func isReshard(w string) bool {
 	switch w {
-	case WorkloadReshardSmall, WorkloadReshardTwoSources, WorkloadReshardBulk, WorkloadReshardForeground, rowReshardOpenLoop, WorkloadReshardBulkForeground, rowReshardBulkPaced:
+	case WorkloadReshardSmall, WorkloadReshardTwoSources, WorkloadReshardBulk, WorkloadReshardForeground, rowReshardOpenLoop, WorkloadReshardBulkForeground, rowReshardBulkPaced, WorkloadReshardSparse:
 		return true
 	}
 	return false

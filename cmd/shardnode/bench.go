@@ -52,8 +52,10 @@ process instead, sharing its scheduler with the clients. Workloads
             documents (not with --url)
   reshard-* resharding on 3-node clusters: small buckets, small
             buckets off two source shards at once against one, one
-            bulk bucket, the flip under a write load, and a bulk bucket
-            under a write load unpaced and paced (--reshard-send-limit)
+            bulk bucket, the flip under a write load, a bulk bucket
+            under a write load unpaced and paced (--reshard-send-limit),
+            and a sparse shard's whole range under writes into every
+            bucket
 
 Each shardnode row sits beside baselines on the same workload: raw Pebble
 with the storage package's tuned options, a trivial Go HTTP handler (get),
