@@ -257,31 +257,7 @@ func (r Ranges) Move(b uint32, shard int) Ranges {
 // merged), so it is a copy of r if shard already owns them all. r must be
 // valid. It panics if from > to, to > MaxID or shard < 0.
 func (r Ranges) MoveRange(from, to uint32, shard int) Ranges {
-	if from > to || to > MaxID || shard < 0 {
-		panic(fmt.Sprintf("bucket: MoveRange(%d, %d, %d): need from <= to <= %d and shard >= 0", from, to, shard, MaxID))
-	}
-	out := make(Ranges, 0, len(r)+2)
-	add := func(e Range) {
-		if n := len(out); n > 0 && out[n-1].ShardNumber == e.ShardNumber {
-			return
-		}
-		out = append(out, e)
-	}
-	for _, e := range r {
-		if e.BucketRangeStart < from {
-			add(e)
-		}
-	}
-	add(Range{BucketRangeStart: from, ShardNumber: shard})
-	if to < MaxID {
-		add(Range{BucketRangeStart: to + 1, ShardNumber: r.ShardOf(to + 1)})
-		for _, e := range r {
-			if e.BucketRangeStart > to+1 {
-				add(e)
-			}
-		}
-	}
-	return out
+	return r.MoveSpans([]Span{{From: from, To: to}}, shard)
 }
 
 // Span is an inclusive range of buckets, From <= To.
@@ -292,7 +268,8 @@ type Span struct {
 
 // MoveSpans returns new ranges in which every bucket of spans belongs to
 // shard and every other bucket keeps its owner: the same as MoveRange
-// applied to each span in turn, in one pass over r. A bulk flip of
+// applied to each span in turn, in one pass over r. The result is minimal
+// (adjacent entries naming the same shard are merged). A bulk flip of
 // thousands of spans over a record fragmented by a large move (tens of
 // thousands of entries) would otherwise copy the ranges once per span,
 // holding the state's lock for a large part of a second on every node.
