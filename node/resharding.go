@@ -712,11 +712,11 @@ func (n *Node) viewOperationOf(ctx context.Context, db string, shards map[int]*r
 	return v
 }
 
-// cleanupHold is set when a running operation of db starts no new
-// bucket because the database has as many moved buckets waiting for
+// cleanupHold returns the hold of a running operation of db that starts
+// no new bucket because the database has as many moved buckets waiting for
 // their source cleanup as resharding.max-awaiting-cleanup allows (the
 // driver on the raft leader holds it then; this node reads the bound from
-// its own configuration, which a cluster is expected to share).
+// its own configuration, which a cluster is expected to share), or nil.
 func (n *Node) cleanupHold(db string, op *raftfsm.ReshardingOperation) *cleanupHoldView {
 	if op.Status != raftfsm.OperationRunning {
 		return nil

@@ -1084,10 +1084,7 @@ func TestProgressWhileHeld(t *testing.T) {
 	if v.eta() == "" {
 		t.Fatalf("no ETA before the hold")
 	}
-	v.Op.CleanupHold = &struct {
-		Waiting int `json:"Waiting"`
-		Limit   int `json:"Limit"`
-	}{50, 50}
+	v.Op.CleanupHold = &cleanupHold{Waiting: 50, Limit: 50}
 	if got := v.eta(); got != "" {
 		t.Errorf("ETA %q while held", got)
 	}

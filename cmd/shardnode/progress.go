@@ -50,10 +50,14 @@ type operation struct {
 	// CleanupHold is set while the operation starts no new bucket because
 	// too many moved buckets wait for their source cleanup (a source node
 	// is down): its progress stands still until they complete.
-	CleanupHold *struct {
-		Waiting int `json:"Waiting"`
-		Limit   int `json:"Limit"`
-	} `json:"CleanupHold"`
+	CleanupHold *cleanupHold `json:"CleanupHold"`
+}
+
+// cleanupHold is an operation's CleanupHold: the database's moved buckets
+// waiting for their source cleanup, and the bound they reached.
+type cleanupHold struct {
+	Waiting int `json:"Waiting"`
+	Limit   int `json:"Limit"`
 }
 
 // heldText says that the operation is held, or is empty.
