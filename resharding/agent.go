@@ -1035,16 +1035,24 @@ func (a *Agent) strayBuckets(rec *raftfsm.DatabaseRecord, limit int) ([]storage.
 		}
 		return nil
 	}
+	// The ranges other shards own, neighbours joined: one read over all
+	// of them (a long move leaves thousands of ranges in the record).
+	var spans []raftfsm.BucketSpan
 	ranges := rec.Sharding.BucketRanges
-	for i := 0; i < len(ranges) && len(out) < limit; i++ {
+	for i := range ranges {
 		if ranges[i].ShardNumber == a.shard {
 			continue
 		}
 		from, to := ranges.Span(i)
-		if err := a.s.RangeStats(from, to, pick); err != nil && !errors.Is(err, errEnough) {
-			a.logger.Warn("documents migrator could not read bucket statistics", "from", from, "to", to, "err", err)
-			return nil, err
+		if n := len(spans); n > 0 && spans[n-1].To+1 == from {
+			spans[n-1].To = to
+		} else {
+			spans = append(spans, raftfsm.BucketSpan{From: from, To: to})
 		}
+	}
+	if err := a.s.SpansStats(spans, pick); err != nil && !errors.Is(err, errEnough) {
+		a.logger.Warn("documents migrator could not read bucket statistics", "spans", len(spans), "err", err)
+		return nil, err
 	}
 	return out, nil
 }

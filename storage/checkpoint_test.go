@@ -5,10 +5,12 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -111,6 +113,45 @@ func allStats(t fataler, s *Store) map[uint32]BucketStats {
 		}
 	}
 	return out
+}
+
+// checkSpansStats draws spans in bucket order, with edges at, beside and
+// between the buckets in all, and fails unless SpansStats gives exactly
+// the statistics of all's buckets inside them, in bucket order.
+func checkSpansStats(rt *rapid.T, s *Store, all map[uint32]BucketStats) {
+	edges := []uint32{0, bucket.MaxID}
+	for b := range all {
+		edges = append(edges, b, max(b, 1)-1, min(b, bucket.MaxID-1)+1)
+	}
+	slices.Sort(edges)
+	edges = slices.Compact(edges)
+	var spans []bucket.Span
+	for i := 0; i < len(edges); {
+		from := edges[i]
+		j := i + rapid.IntRange(0, 2).Draw(rt, "spanEdges")
+		if j >= len(edges) {
+			j = len(edges) - 1
+		}
+		if rapid.Bool().Draw(rt, "keepSpan") {
+			spans = append(spans, bucket.Span{From: from, To: edges[j]})
+		}
+		i = j + 1
+	}
+	var got []BucketStats
+	if err := s.SpansStats(spans, func(st BucketStats) error { got = append(got, st); return nil }); err != nil {
+		rt.Fatal(err)
+	}
+	var want []BucketStats
+	for _, b := range slices.Sorted(maps.Keys(all)) {
+		for _, sp := range spans {
+			if b >= sp.From && b <= sp.To {
+				want = append(want, all[b])
+			}
+		}
+	}
+	if !slices.Equal(got, want) {
+		rt.Fatalf("SpansStats(%v) = %+v, the buckets in them %+v", spans, got, want)
+	}
 }
 
 // checkCounts fails unless every bucket's counts and size are those of its
@@ -257,6 +298,7 @@ func TestBucketStatsProperty(t *testing.T) {
 			}
 			got := allStats(rt, s)
 			checkCounts(rt, got, recomputeStats(rt, s.db))
+			checkSpansStats(rt, s, got)
 			for b, v := range want {
 				if got[b].ChangeVector != v.String() {
 					rt.Fatalf("bucket %d: change vector %q, acknowledged versions merge to %q", b, got[b].ChangeVector, v.String())

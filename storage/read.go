@@ -185,10 +185,24 @@ func (s *Store) BucketStats(b uint32) (BucketStats, error) {
 // RangeStats calls fn for every bucket in [from, to] that has statistics,
 // in bucket order.
 func (s *Store) RangeStats(from, to uint32, fn func(BucketStats) error) error {
+	return s.SpansStats([]bucket.Span{{From: from, To: to}}, fn)
+}
+
+// SpansStats calls fn for every bucket in spans that has statistics, in
+// bucket order. The spans must be in bucket order and must not overlap.
+// One iterator serves them all and seeks only over the gaps between them
+// that hold statistics: the documents migrator reads every range other
+// shards own, and during a long move the record holds thousands of them
+// (an iterator per range cost each node 4-6% of its CPU).
+func (s *Store) SpansStats(spans []bucket.Span, fn func(BucketStats) error) error {
+	if len(spans) == 0 {
+		return nil
+	}
 	if !s.reads.enter() {
 		return ErrClosed
 	}
 	defer s.reads.leave()
+	from, to := spans[0].From, spans[len(spans)-1].To
 	upper := []byte{prefixBktStat + 1}
 	if to < bucket.MaxID {
 		upper = bucketStatKey(to + 1)
@@ -206,20 +220,43 @@ func (s *Store) RangeStats(from, to uint32, fn func(BucketStats) error) error {
 	}
 	defer closeQuietly(it)
 	ok := it.First()
+	at := func() uint32 { return binary.BigEndian.Uint32(it.Key()[1:]) }
 	for ok || len(dirty) > 0 {
-		var st BucketStats
-		var b uint32
-		if ok {
-			b = binary.BigEndian.Uint32(it.Key()[1:])
+		// The next bucket with statistics, on disk or dirty.
+		var next uint32
+		switch {
+		case !ok:
+			next = dirty[0].Bucket
+		case len(dirty) == 0:
+			next = at()
+		default:
+			next = min(at(), dirty[0].Bucket)
 		}
-		if len(dirty) > 0 && (!ok || dirty[0].Bucket <= b) {
+		for len(spans) > 0 && spans[0].To < next {
+			spans = spans[1:]
+		}
+		if len(spans) == 0 {
+			break
+		}
+		if next < spans[0].From {
+			// In a gap between two spans: skip to the next one.
+			if ok && at() < spans[0].From {
+				ok = it.SeekGE(bucketStatKey(spans[0].From))
+			}
+			for len(dirty) > 0 && dirty[0].Bucket < spans[0].From {
+				dirty = dirty[1:]
+			}
+			continue
+		}
+		var st BucketStats
+		if len(dirty) > 0 && dirty[0].Bucket == next {
 			st = dirty[0].stats()
-			if ok && b == st.Bucket {
+			if ok && at() == next {
 				ok = it.Next()
 			}
 			dirty = dirty[1:]
 		} else {
-			if st, err = decodeBucketStats(b, it.Value()); err != nil {
+			if st, err = decodeBucketStats(next, it.Value()); err != nil {
 				return err
 			}
 			ok = it.Next()
