@@ -118,9 +118,12 @@ func (r *run) reshardSparse(ctx context.Context) []Row {
 	rows[0].Reshard = &ReshardFigures{Buckets: st.BucketsMigrated, EmptyBuckets: op.BucketsDone - st.BucketsMigrated,
 		TotalSeconds: took.Seconds(), MsPerBucket: ms(took) / float64(max(st.BucketsMigrated, 1)),
 		DocumentsMoved: op.DocumentsMoved, BytesMoved: op.BytesMoved, LoadSeconds: loadTime.Seconds(), CPUCores: cores(cpu, took)}
-	rows[0].Note = fmt.Sprintf("shard 0's whole range (%d buckets, %d with data of %d ~1 KiB docs in all shards) moved to shard 1 under %d writers inserting into random buckets: %.1f s, %d buckets moved with data one at a time (%.1f ms each over the move), %d empty ones flipped in bulk, %d docs moved; writes during the move p50 %.1f / p99 %.1f / max %.0f ms, %d failed%s; process CPU %.2f cores; %d-node %s, RF %d",
+	// Where a bucket with data spends its time under the load: the empty
+	// ones flip in bulk and have no steps of their own.
+	rows[0].Reshard.breakdown(timings(es.migrationSteps(), id))
+	rows[0].Note = fmt.Sprintf("shard 0's whole range (%d buckets, %d with data of %d ~1 KiB docs in all shards) moved to shard 1 under %d writers inserting into random buckets: %.1f s, %d buckets moved with data one at a time (%.1f ms each over the move), %d empty ones flipped in bulk, %d docs moved; writes during the move p50 %.1f / p99 %.1f / max %.0f ms, %d failed%s; %s; process CPU %.2f cores; %d-node %s, RF %d",
 		to-from+1, len(withData), n, clients, took.Seconds(), st.BucketsMigrated, ms(took)/float64(max(st.BucketsMigrated, 1)), op.BucketsDone-st.BucketsMigrated, op.DocumentsMoved,
-		mp50, mp99, mmax, during.errors, firstError(during), cores(cpu, took), reshardNodes, e.kind(), reshardRF)
+		mp50, mp99, mmax, during.errors, firstError(during), rows[0].Reshard.phaseNote(), cores(cpu, took), reshardNodes, e.kind(), reshardRF)
 	rows[1].Note = fmt.Sprintf("the same writers on the same cluster just before, writing outside the range, no move: p50 %.1f / p99 %.1f / max %.0f ms, %d failed%s", ap50, ap99, amax, alone.errors, firstError(alone))
 	r.logf("%-12s %.1f s, %d buckets with data, writes p99 %.1f ms max %.0f ms (no move: p99 %.1f max %.0f)", w, took.Seconds(), st.BucketsMigrated, mp99, mmax, ap99, amax)
 	return rows
