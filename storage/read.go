@@ -192,8 +192,7 @@ func (s *Store) RangeStats(from, to uint32, fn func(BucketStats) error) error {
 // bucket order. The spans must be in bucket order and must not overlap.
 // One iterator serves them all and seeks only over the gaps between them
 // that hold statistics: the documents migrator reads every range other
-// shards own, and during a long move the record holds thousands of them
-// (an iterator per range cost each node 4-6% of its CPU).
+// shards own, and during a long move the record holds thousands of them.
 func (s *Store) SpansStats(spans []bucket.Span, fn func(BucketStats) error) error {
 	if len(spans) == 0 {
 		return nil
