@@ -56,10 +56,15 @@ func TestFaultFrozenSenderAfterTheFlip(t *testing.T) {
 	b, src := bucketOf(t, c.URL(0), "db", anchor)
 	dst := 1 - src
 	stop := make(chan struct{})
+	// acked closes at the writer's first acknowledged write: a move
+	// started before it could find the bucket empty and flip it as an
+	// empty bucket, with no sender to freeze.
+	acked := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
+		var once sync.Once
 		for i := 1; ; i++ {
 			select {
 			case <-stop:
@@ -68,7 +73,9 @@ func TestFaultFrozenSenderAfterTheFlip(t *testing.T) {
 			}
 			for _, m := range c.Members {
 				if m.Running() {
-					_, _ = testcluster.Do("PUT", fmt.Sprintf("%s/databases/db/docs?id=d%d$%s", m.URL(), i%50, anchor), fmt.Sprintf(`{"v":%d}`, i))
+					if _, err := testcluster.Expect(201, "PUT", fmt.Sprintf("%s/databases/db/docs?id=d%d$%s", m.URL(), i%50, anchor), fmt.Sprintf(`{"v":%d}`, i)); err == nil {
+						once.Do(func() { close(acked) })
+					}
 				}
 			}
 			time.Sleep(5 * time.Millisecond)
@@ -78,6 +85,11 @@ func TestFaultFrozenSenderAfterTheFlip(t *testing.T) {
 		close(stop)
 		wg.Wait()
 	}()
+	select {
+	case <-acked:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no write into bucket %d was acknowledged in 30 s", b)
+	}
 	op := startReshard(t, c.URL(0), "db", b, b, dst)
 	var sender string
 	testcluster.WaitFor(t, 30*time.Second, "the flip", func() error {
