@@ -63,14 +63,7 @@ func rawPebble(b *testing.B, cache *pebble.Cache) *pebble.DB {
 
 func BenchmarkConcurrentDurableWrites(b *testing.B) {
 	stores := benchStores(b, 3)
-	body := []byte(`{"f":"` + strings.Repeat("x", 1000) + `"}`)
-	runWriters(b, func(w int) func(i int) error {
-		s := stores[w%3]
-		return func(i int) error {
-			_, err := s.Write(context.Background(), []Op{{Kind: OpPut, ID: fmt.Sprintf("w%d/%d", w, i), Body: body}})
-			return err
-		}
-	})
+	runPuts(b, stores)
 	var c, ops uint64
 	var sync float64
 	for _, s := range stores {
@@ -81,6 +74,19 @@ func BenchmarkConcurrentDurableWrites(b *testing.B) {
 	}
 	b.ReportMetric(float64(ops)/float64(c), "ops/commit")
 	b.ReportMetric(sync/float64(c), "sync-ms/commit")
+}
+
+// runPuts runs runWriters' writers over stores, each writing new 1 KiB
+// documents, one per durable write.
+func runPuts(b *testing.B, stores []*Store) {
+	body := []byte(`{"f":"` + strings.Repeat("x", 1000) + `"}`)
+	runWriters(b, func(w int) func(i int) error {
+		s := stores[w%len(stores)]
+		return func(i int) error {
+			_, err := s.Write(context.Background(), []Op{{Kind: OpPut, ID: fmt.Sprintf("w%d/%d", w, i), Body: body}})
+			return err
+		}
+	})
 }
 
 // runWriters runs benchWriters closed-loop writers, b.N writes in all: the
@@ -361,4 +367,54 @@ func BenchmarkPointReads(b *testing.B) {
 			closer.Close()
 		}
 	})
+}
+
+// BenchmarkTailedWrites measures what tailing the changes feed adds to
+// single-document durable writes: the writes of
+// BenchmarkConcurrentDurableWrites, with no tailer, then with two per store
+// (a replica of a shard with three replicas sends its feed to two peers).
+// Each tailer reads what is new as soon as the store says so, as a
+// replicator does; compare cpu-us/write between the two.
+func BenchmarkTailedWrites(b *testing.B) {
+	for _, tailers := range []int{0, 2} {
+		b.Run(fmt.Sprintf("tailers=%d", tailers), func(b *testing.B) {
+			stores := benchStores(b, 3)
+			ctx, cancel := context.WithCancel(context.Background())
+			var wg sync.WaitGroup
+			var read atomic.Int64
+			for _, s := range stores {
+				for range tailers {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						var progress uint64
+						for {
+							changed := s.Changed()
+							docs, err := s.Changes(progress, 1024)
+							if err != nil {
+								b.Error(err)
+								return
+							}
+							if len(docs) > 0 {
+								progress = docs[len(docs)-1].Etag
+								read.Add(int64(len(docs)))
+								continue
+							}
+							select {
+							case <-ctx.Done():
+								return
+							case <-changed:
+							}
+						}
+					}()
+				}
+			}
+			runPuts(b, stores)
+			cancel()
+			wg.Wait()
+			if tailers > 0 {
+				b.ReportMetric(float64(read.Load())/float64(b.N*tailers), "reads/write")
+			}
+		})
+	}
 }

@@ -2,6 +2,7 @@ package storage
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -189,10 +190,13 @@ func TestBucketStatsProperty(t *testing.T) {
 			s, err := Open(Options{Dir: dir, NodeTag: "A", tune: func(o *pebble.Options) { o.FS = fs },
 				checkpointBuckets: rapid.IntRange(1, 4).Draw(rt, "checkpointBuckets"),
 				checkpointEvery:   rapid.SampledFrom([]time.Duration{time.Millisecond, time.Hour}).Draw(rt, "checkpointEvery"),
-				checkpointPause:   rapid.SampledFrom([]time.Duration{0, 2 * time.Millisecond}).Draw(rt, "checkpointPause")})
+				checkpointPause:   rapid.SampledFrom([]time.Duration{0, 2 * time.Millisecond}).Draw(rt, "checkpointPause"),
+				tailEntries:       rapid.IntRange(1, 6).Draw(rt, "tailEntries"),
+				tailBytes:         rapid.SampledFrom([]int{300, 1500, 0}).Draw(rt, "tailBytes")})
 			if err != nil {
 				rt.Fatal(err)
 			}
+			s.tail.lastRead.Store(time.Now().UnixNano())
 			s.statsCacheMax = rapid.IntRange(1, 4).Draw(rt, "statsCacheMax")
 			return s
 		}
@@ -299,6 +303,12 @@ func TestBucketStatsProperty(t *testing.T) {
 			got := allStats(rt, s)
 			checkCounts(rt, got, recomputeStats(rt, s.db))
 			checkSpansStats(rt, s, got)
+			checkTail(rt, s)
+			if rapid.IntRange(0, 5).Draw(rt, "tailIdle") == 0 {
+				s.tail.lastRead.Store(0) // nothing reads the feed: the next round drops the tail
+			} else {
+				s.tail.lastRead.Store(time.Now().UnixNano())
+			}
 			for b, v := range want {
 				if got[b].ChangeVector != v.String() {
 					rt.Fatalf("bucket %d: change vector %q, acknowledged versions merge to %q", b, got[b].ChangeVector, v.String())
@@ -488,5 +498,49 @@ func TestOpensStoreWithoutStatsCheckpoint(t *testing.T) {
 	}
 	if st, _ := s.BucketStats(k); st.DocumentsCount != 8 {
 		t.Fatalf("after a write: %+v", st)
+	}
+}
+
+// checkTail checks that the feed's tail in memory answers every read it
+// can answer exactly as Pebble does: the same items, in the same order,
+// with the same metadata, bodies and origins, whether bodies of moved
+// items are left or not, at several batch sizes.
+func checkTail(rt *rapid.T, s *Store) {
+	was := s.tail.lastRead.Load()
+	defer s.tail.lastRead.Store(was)
+	s.mu.RLock()
+	floor, last := s.tail.floor, s.lastEtag
+	s.mu.RUnlock()
+	if floor > last {
+		rt.Fatalf("tail floor %d above the last etag %d", floor, last)
+	}
+	moved := func(d *Document) bool { return d.Flags&FlagFromResharding != 0 }
+	if _, ok := s.fromTail(floor-min(floor, 1), 10, nil); ok && floor > 0 {
+		rt.Fatalf("the tail answered a read after %d, below its floor %d", floor-1, floor)
+	}
+	for after := floor; after <= last; after++ {
+		for _, limit := range []int{1, 3, 1024} {
+			for _, leave := range []func(*Document) bool{nil, moved} {
+				fromTail, ok := s.fromTail(after, limit, leave)
+				if !ok {
+					rt.Fatalf("the tail did not answer a read after %d (floor %d)", after, floor)
+				}
+				stored, err := s.changesStored(after, limit, leave)
+				if err != nil {
+					rt.Fatal(err)
+				}
+				if len(fromTail) != len(stored) {
+					rt.Fatalf("after %d, limit %d: the tail has %d items, Pebble %d: %v / %v", after, limit, len(fromTail), len(stored), fromTail, stored)
+				}
+				for i := range stored {
+					a, b := fromTail[i], stored[i]
+					if a.ID != b.ID || a.Collection != b.Collection || a.ChangeVector != b.ChangeVector || a.LastModified.UnixNano() != b.LastModified.UnixNano() ||
+						a.LastModified.Location() != b.LastModified.Location() || a.Etag != b.Etag || a.Bucket != b.Bucket || a.Flags != b.Flags ||
+						!bytes.Equal(a.Body, b.Body) || (a.Body == nil) != (b.Body == nil) || a.Origin != b.Origin || a.BodyUnread() != b.BodyUnread() || (b.BodyUnread() && a.bodyLen != b.bodyLen) {
+						rt.Fatalf("after %d, item %d: the tail has %+v, Pebble %+v", after, i, a, b)
+					}
+				}
+			}
+		}
 	}
 }

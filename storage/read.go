@@ -78,6 +78,15 @@ func (s *Store) changes(after uint64, limit int, leave func(*Document) bool) ([]
 		return nil, ErrClosed
 	}
 	defer s.reads.leave()
+	if docs, ok := s.fromTail(after, limit, leave); ok {
+		return docs, nil
+	}
+	return s.changesStored(after, limit, leave)
+}
+
+// changesStored is changes read from Pebble, for a tailer the feed's tail
+// in memory does not reach back to.
+func (s *Store) changesStored(after uint64, limit int, leave func(*Document) bool) ([]*Document, error) {
 	durable := s.LastEtag()
 	if after >= durable {
 		return nil, nil

@@ -59,6 +59,9 @@ type Options struct {
 	// checkpointPause, set only by tests, delays each checkpoint's write,
 	// so that rounds commit while it runs.
 	checkpointPause time.Duration
+	// tailEntries and tailBytes bound the feed's tail in memory (0: the
+	// defaults), so that tests see it evict.
+	tailEntries, tailBytes int
 }
 
 // Store is one shard replica's document storage.
@@ -98,6 +101,7 @@ type Store struct {
 	commits, commitOps, commitNanos, syncNanos uint64
 
 	docs *docShard // this store's part of the node's document cache; nil: none
+	tail feedTail  // the newest feed entries, guarded by mu (see feedTail)
 
 	// reads is what Close waits on before it closes Pebble.
 	reads *readGate
@@ -175,6 +179,7 @@ func Open(opts Options) (*Store, error) {
 	s := &Store{db: db, tag: opts.NodeTag, logger: logger, reqs: make(chan *writeReq, 1024), done: make(chan struct{}), changed: make(chan struct{}), docs: opts.DocCache.open(),
 		dirty: map[uint32]*bucketState{}, statsCache: map[uint32]*bucketState{}, statsCacheMax: statsCacheMax, used: newBucketSet(), reads: newReadGate(),
 		checkpointBuckets: cmp.Or(opts.checkpointBuckets, checkpointBuckets), checkpointEvery: cmp.Or(opts.checkpointEvery, checkpointEvery), ckptPause: opts.checkpointPause}
+	s.tail.maxEntries, s.tail.maxBytes = cmp.Or(opts.tailEntries, tailMaxEntries), cmp.Or(opts.tailBytes, tailMaxBytes)
 	if err := s.load(); err != nil {
 		s.docs.close()
 		_ = db.Close()
@@ -345,6 +350,7 @@ func (s *Store) load() error {
 	if it.Last() {
 		s.lastEtag = binary.BigEndian.Uint64(it.Key()[1:])
 	}
+	s.tail.reset(s.lastEtag)
 	if err := it.Close(); err != nil {
 		return err
 	}

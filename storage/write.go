@@ -377,9 +377,22 @@ type pendingItem struct {
 	doc       *Document // nil: key absent
 	vlen      int       // length of doc's encoding
 	size      int64
-	committed uint64 // etag of the committed version (its feed entry goes)
-	hadBody   bool   // the committed version's body is under its body key
-	client    bool   // a client's write (not replication, a move, a purge or a bulk load): its version enters the document cache
+	committed uint64    // etag of the committed version (its feed entry goes)
+	hadBody   bool      // the committed version's body is under its body key
+	client    bool      // a client's write (not replication, a move, a purge or a bulk load): its version enters the document cache
+	stored    *Document // the committed version as a read returns it, once copied (see storedDoc)
+}
+
+// storedDoc returns the committed version of p as a read from Pebble
+// returns it (its own body, the time as stored), origin included; nil
+// for an item read without its body, which no write commits. The
+// document cache and the feed's tail share one copy.
+func (p *pendingItem) storedDoc() *Document {
+	if p.stored == nil && !p.doc.bodyElsewhere {
+		p.stored = p.doc.forCache()
+		p.stored.Origin = p.doc.Origin
+	}
+	return p.stored
 }
 
 // round accumulates the effects of the groups of one commit.
@@ -391,6 +404,10 @@ type round struct {
 	progress map[string]uint64
 	conflict []conflictEntry
 	etag     uint64
+	// feed and gone are, once committed, the round's items with a feed
+	// entry in etag order and the etags of the feed entries it deleted.
+	feed     []*pendingItem
+	gone     []uint64
 	counters counters
 	probe    *itemProbe // shared by the round and its groups
 	// bulk marks a group of more than writeThroughMaxOps ops: a load,
@@ -522,14 +539,15 @@ func (s *Store) commitRound(reqs []*writeReq) {
 		ws := make([]cachedWrite, 0, len(r.items))
 		for k, p := range r.items {
 			w := cachedWrite{key: k}
-			if err == nil && p.client {
-				w.doc = p.doc.forCache()
+			if err == nil && p.client && p.doc.Origin == "" {
+				w.doc = p.storedDoc()
 			}
 			ws = append(ws, w)
 		}
 		s.docs.written(ws)
 	}
 	if err == nil {
+		s.tail.prepare(r.feed, start)
 		s.mu.Lock()
 		if len(r.items) > 0 || len(r.progress) > 0 {
 			s.commits++
@@ -543,6 +561,7 @@ func (s *Store) commitRound(reqs []*writeReq) {
 		s.syncNanos += uint64(syncDur)
 		s.lastEtag = r.etag
 		s.counters = r.counters
+		s.tail.commit(r.feed, r.gone, r.etag, start, (*pendingItem).storedDoc)
 		for src, etag := range r.progress {
 			s.progress[src] = etag
 		}
@@ -1205,6 +1224,8 @@ func (r *round) commit() error {
 			}
 		}
 	}
+	r.gone = old
+	r.feed = slices.DeleteFunc(items, func(p *pendingItem) bool { return p.doc == nil })
 	// Bucket statistics wait for the next checkpoint, but for pinned
 	// buckets (see store).
 	buckets := make([]uint32, 0, len(r.pinned))
