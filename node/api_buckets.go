@@ -78,6 +78,7 @@ func (n *Node) handleStats(w http.ResponseWriter, r *http.Request) {
 				"GroupCommit": map[string]any{"Commits": st.Commits, "CommittedOps": st.CommittedOps, "CommitMillis": st.CommitMillis, "SyncMillis": st.SyncMillis},
 				"Engine":      st.Engine,
 				"DocCache":    st.DocCache,
+				"Feed":        st.Feed,
 			})
 			return nil
 		})

@@ -334,6 +334,7 @@ var (
 	descDocCacheBudget = prometheus.NewDesc("shardnode_doc_cache_budget_bytes", "The document cache's budget.", nil, nil)
 	descDocCacheHits   = prometheus.NewDesc("shardnode_replica_doc_cache_hits_total", "Point reads of a local replica answered from the document cache.", []string{"db", "shard"}, nil)
 	descDocCacheMisses = prometheus.NewDesc("shardnode_replica_doc_cache_misses_total", "Point reads of a local replica that read Pebble (absent ids included).", []string{"db", "shard"}, nil)
+	descFeedReads      = prometheus.NewDesc("shardnode_replica_feed_reads_total", "Reads of a local replica's changes feed, by where they were answered: the newest entries in memory, or Pebble.", []string{"db", "shard", "from"}, nil)
 	descSendLimit      = prometheus.NewDesc("shardnode_resharding_send_limit_bytes_per_second", "The move bandwidth: bytes per second this node sends of the buckets it moves out (0: no limit).", nil, nil)
 	descSendWait       = prometheus.NewDesc("shardnode_resharding_send_wait_seconds_total", "Time the batches of buckets this node moves out waited for the move bandwidth.", nil, nil)
 	descWriteResends   = prometheus.NewDesc("shardnode_routed_write_resends_total", "Copies of client writes this node routed to other nodes that it sent again because no answer came (see shard.write.once).", nil, nil)
@@ -419,6 +420,8 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descDebt, float64(st.Engine.CompactionDebtBytes), db, shard)
 		counter(descDocCacheHits, float64(st.DocCache.Hits), db, shard)
 		counter(descDocCacheMisses, float64(st.DocCache.Misses), db, shard)
+		counter(descFeedReads, float64(st.Feed.FromMemory), db, shard, "memory")
+		counter(descFeedReads, float64(st.Feed.FromDisk), db, shard, "disk")
 		if r.rep == nil {
 			continue
 		}

@@ -472,6 +472,19 @@ type Stats struct {
 	// answered: a GET row slower than usual with many misses is reading
 	// Pebble, not waiting on the API.
 	DocCache DocCacheStats `json:"DocCache"`
+	// Feed counts the reads of the changes feed by where they were
+	// answered: a replica whose peers keep reading Pebble has tailers
+	// that fell behind the feed's tail in memory.
+	Feed FeedStats `json:"Feed"`
+}
+
+// FeedStats counts one replica's reads of its changes feed (a batch for
+// a replicator, an ETL task, a subscription or a migration's sender).
+type FeedStats struct {
+	// FromMemory were answered from the feed's newest entries in memory,
+	// FromDisk from Pebble (a tailer further behind).
+	FromMemory uint64 `json:"FromMemory"`
+	FromDisk   uint64 `json:"FromDisk"`
 }
 
 // DocCacheStats counts one replica's point reads (documents and
@@ -517,6 +530,7 @@ func (s *Store) Stats() Stats {
 		SyncMillis:      float64(s.syncNanos) / 1e6,
 		Engine:          s.engineStats(),
 		DocCache:        s.docs.counts(),
+		Feed:            FeedStats{FromMemory: s.tail.fromMemory.Load(), FromDisk: s.tail.fromDisk.Load()},
 	}
 }
 

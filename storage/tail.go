@@ -43,6 +43,9 @@ type feedTail struct {
 	// lastRead is when the feed was last read (unix nanoseconds), by any
 	// tailer: the committer fills the tail only while it is read.
 	lastRead atomic.Int64
+	// fromMemory and fromDisk count the reads of the feed the tail
+	// answered and those that went to Pebble (Stats.Feed).
+	fromMemory, fromDisk atomic.Uint64
 }
 
 type tailEntry struct {
@@ -117,8 +120,8 @@ func (t *feedTail) kept(items []*pendingItem) int {
 	from, n, size := len(items), 0, 0
 	for from > 0 && n < t.maxEntries {
 		s := tailSize(items[from-1].doc)
-		if size+s > t.maxBytes && n > 0 {
-			break
+		if size+s > t.maxBytes {
+			break // an item larger than the whole tail is not copied either
 		}
 		from, n, size = from-1, n+1, size+s
 	}
@@ -190,8 +193,10 @@ func (s *Store) fromTail(after uint64, limit int, leave func(*Document) bool) ([
 	shared, ok := s.tail.read(after, limit)
 	s.mu.RUnlock()
 	if !ok {
+		s.tail.fromDisk.Add(1)
 		return nil, false
 	}
+	s.tail.fromMemory.Add(1)
 	out := make([]*Document, len(shared))
 	for i, d := range shared {
 		cp := *d
