@@ -73,10 +73,9 @@ func (t *feedTail) wanted(now time.Time) bool {
 // commit applies a committed round to the tail, under the store's lock:
 // items are the round's items with a feed entry, in etag order; gone the
 // etags of the feed entries the round deleted; etag the round's last etag.
-// stored returns the committed version of an item as a read would return
-// it (its own body, the stored time and origin); nil when it cannot, and
-// the tail starts over after the round.
-func (t *feedTail) commit(items []*pendingItem, gone []uint64, etag uint64, now time.Time, stored func(*pendingItem) *Document) {
+// An item it cannot copy as a read would return it (see
+// pendingItem.storedDoc) starts the tail over after the round.
+func (t *feedTail) commit(items []*pendingItem, gone []uint64, etag uint64, now time.Time) {
 	if !t.wanted(now) {
 		if t.floor != etag || len(t.entries) > 0 {
 			t.reset(etag)
@@ -91,7 +90,7 @@ func (t *feedTail) commit(items []*pendingItem, gone []uint64, etag uint64, now 
 		t.reset(items[from-1].doc.Etag)
 	}
 	for _, p := range items[from:] {
-		d := stored(p)
+		d := p.storedDoc()
 		if d == nil {
 			t.reset(etag)
 			return

@@ -561,7 +561,7 @@ func (s *Store) commitRound(reqs []*writeReq) {
 		s.syncNanos += uint64(syncDur)
 		s.lastEtag = r.etag
 		s.counters = r.counters
-		s.tail.commit(r.feed, r.gone, r.etag, start, (*pendingItem).storedDoc)
+		s.tail.commit(r.feed, r.gone, r.etag, start)
 		for src, etag := range r.progress {
 			s.progress[src] = etag
 		}
