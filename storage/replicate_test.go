@@ -313,3 +313,45 @@ func TestHoldsMatchesWhatReplicationWouldSkip(t *testing.T) {
 		t.Fatalf("changes reading every body: %+v, %v", items, err)
 	}
 }
+
+// TestHiloConflictKeepsTheGreaterMax: two replicas that each raised a HiLo
+// document (each may have handed out numbers up to its own Max) converge
+// to the greater Max, even when it was written first; other documents of
+// the same shape still converge to the later write.
+func TestHiloConflictKeepsTheGreaterMax(t *testing.T) {
+	ctx := context.Background()
+	a, b := openTest(t, t.TempDir()), openPeer(t)
+	hilo := func(id, body string) Op {
+		return Op{Kind: OpPut, ID: id, Collection: HiloCollection, Body: []byte(body)}
+	}
+	if _, err := a.Write(ctx, []Op{hilo("Raven/Hilo/users", `{"Max":160}`), put("plain", `{"Max":160}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Write(ctx, []Op{hilo("Raven/Hilo/users", `{"Max":64}`), put("plain", `{"Max":64}`)}); err != nil {
+		t.Fatal(err)
+	}
+	ship(t, a, b)
+	ship(t, b, a)
+	for _, s := range []*Store{a, b} {
+		if d, err := s.Get("Raven/Hilo/users"); err != nil || string(d.Body) != `{"Max":160}` {
+			t.Fatalf("HiLo document after the conflict: %s %v, want Max 160", d.Body, err)
+		}
+		if d, err := s.Get("plain"); err != nil || string(d.Body) != `{"Max":64}` {
+			t.Fatalf("a plain document after the conflict: %s %v, want the later write", d.Body, err)
+		}
+	}
+	// A HiLo document whose Max does not parse falls back to the later write.
+	if _, err := a.Write(ctx, []Op{hilo("Raven/Hilo/odd", `{"Max":1000}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Write(ctx, []Op{hilo("Raven/Hilo/odd", `{"Max":"x"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	ship(t, a, b)
+	ship(t, b, a)
+	for _, s := range []*Store{a, b} {
+		if d, err := s.Get("Raven/Hilo/odd"); err != nil || string(d.Body) != `{"Max":"x"}` {
+			t.Fatalf("odd HiLo document: %s %v", d.Body, err)
+		}
+	}
+}

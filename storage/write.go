@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -1052,8 +1053,13 @@ func (s *Store) feedOrigin(etag uint64) string {
 
 // wins reports whether a beats b in a conflict: the later modification,
 // ties broken by the greater change vector text. Every replica computes
-// the same answer.
+// the same answer. Two HiLo documents resolve to the greater Max, as in
+// RavenDB: each side of the conflict may have handed out numbers up to its
+// own Max (see HiloCollection), and the next range must start above both.
 func wins(a, b *Document) bool {
+	if ma, mb, ok := hiloMaxes(a, b); ok && ma != mb {
+		return ma > mb
+	}
 	if !a.LastModified.Equal(b.LastModified) {
 		return a.LastModified.After(b.LastModified)
 	}
@@ -1259,4 +1265,31 @@ func etagOf(p *pendingItem) uint64 {
 		return 0
 	}
 	return p.doc.Etag
+}
+
+// HiloCollection is the collection of the documents that hold, as
+// {"Max": N}, the highest number handed out to RavenDB clients for the
+// ids they make themselves (the node's /hilo/next). Conflicts between two
+// of them resolve to the greater Max (see wins).
+const HiloCollection = "@hilo"
+
+// hiloMaxes returns the Max of two HiLo documents, if both are HiLo
+// documents with a body that holds one.
+func hiloMaxes(a, b *Document) (ma, mb int64, ok bool) {
+	if a.Collection != HiloCollection || b.Collection != HiloCollection {
+		return 0, 0, false
+	}
+	ma, okA := hiloMax(a.Body)
+	mb, okB := hiloMax(b.Body)
+	return ma, mb, okA && okB
+}
+
+func hiloMax(body []byte) (int64, bool) {
+	var d struct {
+		Max *int64 `json:"Max"`
+	}
+	if len(body) == 0 || json.Unmarshal(body, &d) != nil || d.Max == nil {
+		return 0, false
+	}
+	return *d.Max, true
 }
