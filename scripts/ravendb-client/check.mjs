@@ -1,0 +1,102 @@
+// check.mjs: RavenDB's official Node.js client against a running shardnode
+// (see ../ravendb-client-check.sh). Each step prints "ok <step>"; the first
+// failure prints "FAIL <step>: <error>" and exits 1.
+import { DocumentStore } from "ravendb";
+
+const [url, db] = process.argv.slice(2);
+const store = new DocumentStore(url, db);
+store.initialize();
+
+class User {
+  constructor(name, age) {
+    this.name = name;
+    this.age = age;
+  }
+}
+
+let step = "";
+function check(cond, what) {
+  if (!cond) throw new Error(what);
+}
+
+try {
+  step = "store with ids";
+  let s = store.openSession();
+  await s.store(new User("ann", 31), "users/ann");
+  await s.store(new User("bob", 45), "users/bob");
+  await s.saveChanges();
+  console.log("ok", step);
+
+  step = "load and update";
+  s = store.openSession();
+  const ann = await s.load("users/ann");
+  check(ann && ann.name === "ann" && ann.age === 31, `loaded ${JSON.stringify(ann)}`);
+  ann.age = 32;
+  await s.saveChanges();
+  check((await store.openSession().load("users/ann")).age === 32, "update not stored");
+  console.log("ok", step);
+
+  step = "load several, one missing";
+  const many = await store.openSession().load(["users/ann", "users/bob", "users/nobody"]);
+  check(many["users/ann"].age === 32 && many["users/bob"].age === 45 && many["users/nobody"] === null, JSON.stringify(many));
+  console.log("ok", step);
+
+  step = "optimistic concurrency";
+  s = store.openSession();
+  s.advanced.useOptimisticConcurrency = true;
+  const bob = await s.load("users/bob");
+  const other = store.openSession();
+  const bob2 = await other.load("users/bob");
+  bob2.age = 47;
+  await other.saveChanges();
+  bob.age = 48;
+  let refused = false;
+  try {
+    await s.saveChanges();
+  } catch (e) {
+    refused = e.name === "ConcurrencyException";
+    if (!refused) throw e;
+  }
+  check(refused, "a stale change vector was accepted");
+  s = store.openSession();
+  s.advanced.useOptimisticConcurrency = true;
+  await s.store(new User("new", 1), "users/new");
+  await s.saveChanges();
+  console.log("ok", step);
+
+  step = "store without ids (HiLo)";
+  const ids = new Set();
+  for (let round = 0; round < 3; round++) {
+    s = store.openSession();
+    const users = [];
+    for (let i = 0; i < 50; i++) {
+      const u = new User(`gen${round}-${i}`, i % 20);
+      await s.store(u);
+      users.push(u);
+    }
+    await s.saveChanges();
+    for (const u of users) ids.add(s.advanced.getDocumentId(u));
+  }
+  check(ids.size === 150, `${ids.size} distinct generated ids of 150`);
+  for (const id of ids) check(/^users\/\d+-[A-Z]{1,4}$/.test(id), `generated id ${id}`);
+  const loaded = await store.openSession().load([...ids]);
+  check(Object.values(loaded).every((u) => u !== null), "a generated id was not stored");
+  console.log("ok", step, [...ids].slice(0, 3).join(" "), "...");
+
+  step = "query";
+  const q = await store.openSession().query({ collection: "Users" }).whereGreaterThan("age", 30).orderByDescending("age").all();
+  check(q.length === 2 && q[0].name === "bob" && q[1].name === "ann", JSON.stringify(q.map((u) => u.name)));
+  console.log("ok", step);
+
+  step = "delete";
+  s = store.openSession();
+  s.delete("users/bob");
+  await s.saveChanges();
+  check((await store.openSession().load("users/bob")) === null, "users/bob still there");
+  console.log("ok", step);
+} catch (e) {
+  console.log(`FAIL ${step}: ${e.name}: ${String(e.message).slice(0, 800)}`);
+  store.dispose();
+  process.exit(1);
+}
+store.dispose();
