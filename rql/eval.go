@@ -19,19 +19,27 @@ func (e *Not) Eval(doc map[string]any) bool { return !e.X.Eval(doc) }
 // null; null equals only null and is not ordered; strings compare
 // case-insensitively; values of different types are unequal and unordered.
 func (c *Comparison) Eval(doc map[string]any) bool {
-	field := lookup(doc, c.Field)
-	if slices.Equal(c.Field, idPath) {
+	return fieldHolds(c.Field, lookup(doc, c.Field), c.Op, c.Value)
+}
+
+// fieldHolds applies op to the value field found at path and the constant
+// v.
+func fieldHolds(path []string, field any, op Op, v any) bool {
+	if isIDPath(path) {
 		// id() compares as the store keys ids: lower-cased whole, so a
 		// query finds by id exactly what a GET finds (simple case folding
 		// would also equate, say, a final sigma with a medial one).
 		if f, ok := field.(string); ok {
-			if l, ok := c.Value.(string); ok {
-				return opHolds(c.Op, strings.Compare(strings.ToLower(f), strings.ToLower(l)))
+			if l, ok := v.(string); ok {
+				return opHolds(op, strings.Compare(strings.ToLower(f), strings.ToLower(l)))
 			}
 		}
 	}
-	return evalOp(field, c.Op, c.Value)
+	return evalOp(field, op, v)
 }
+
+// isIDPath reports whether path is id()'s.
+func isIDPath(path []string) bool { return slices.Equal(path, idPath) }
 
 // EmptyCollection is RavenDB's name for the documents of no collection:
 // "from @empty" covers them.

@@ -36,7 +36,7 @@ func docID(d map[string]any) string { return lookup(d, idPath).(string) }
 
 func TestMatches(t *testing.T) {
 	docs := sampleDocs(t)
-	params := map[string]any{"int": 26, "num": json.Number("26"), "name": "BOB", "nil": nil}
+	params := map[string]any{"int": 26, "num": json.Number("26"), "name": "BOB", "nil": nil, "names": []any{"alice", "BOB"}}
 	tests := []struct {
 		q    string
 		want string // matching ids, comma-separated
@@ -98,6 +98,35 @@ func TestMatches(t *testing.T) {
 		{"from Users where not (Name = 'alice' and Age >= 25)", "users/2,users/3"},
 		{"from Users where not not Active = true", "users/1"},
 		{"from Users where (Name = 'alice' or Name = 'bob') and Age > 26", "users/1"},
+		// in: equality with any of the values, by '=''s rules.
+		{"from Users where Name in ('ALICE', 'carol')", "users/1,users/3"},
+		{"from Users where Name in ($names)", "users/1,users/2"},
+		{"from Users where Name in ()", ""},
+		{"from Users where Age in (25, '40')", "users/2,users/3"},
+		{"from Users where Manager in (null)", "users/1,users/2"},
+		{"from Users where not Name in ('alice')", "users/2,users/3"},
+		{"from @all_docs where id() in ('USERS/2', 'orders/1')", "users/2,orders/1"},
+		// between: both ends included, same type only.
+		{"from Users where Age between 25 and 30", "users/1,users/2"},
+		{"from Users where Age between 26 and 29", ""},
+		{"from Users where Age between '1' and '5'", "users/3"},
+		{"from Users where Name between 'a' and 'B'", "users/1"},
+		{"from Users where Missing between null and null", ""},
+		// startsWith, endsWith: strings only, case-insensitively.
+		{"from Users where startsWith(Name, 'AL')", "users/1"},
+		{"from Users where startsWith(Name, '')", "users/1,users/2,users/3"},
+		{"from Users where endsWith(Name, 'OL')", "users/3"},
+		{"from Users where startsWith(Age, '4')", "users/3"},
+		{"from Users where startsWith(Age, '3')", ""}, // 30 is a number
+		{"from Users where startsWith(Address.City, 'lon')", "users/1"},
+		{"from @all_docs where startsWith(id(), 'USERS/')", "users/1,users/2,users/3"},
+		{"from @all_docs where endsWith(id(), '/1')", "users/1,orders/1"},
+		{"from Users where startsWith(Name, 3)", ""},
+		// exists: the field is there, whatever it holds.
+		{"from Users where exists(Manager)", "users/1,users/3"},
+		{"from Users where exists(Address.Zip)", "users/1"},
+		{"from Users where not exists(Address.City)", "users/3"},
+		{"from @all_docs where exists(Lines)", "orders/1"},
 	}
 	for _, tt := range tests {
 		q, err := Parse(tt.q, params)

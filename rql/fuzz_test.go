@@ -12,10 +12,12 @@ func FuzzParse(f *testing.F) {
 		`from U where a = "q\"\\" and b <> -1.5e-3 and c == $p0 and d < $p1 or e = $p2 and f = $p3`,
 		"from U where id() = 'users/1' limit $p1", "from U offset 3 limit 1", "from U where (a = 1",
 		"from U where a = 1.2.3", "from U limit -1", "from U where a = 'unterminated",
+		"from U where a in ('x', $p0, $p4) and b between 1 and $p1 limit $p2, 5",
+		"from U where startsWith(a.b, 'x') or not endsWith(id(), $p0) or exists(c)", "from U where a in (1,",
 	} {
 		f.Add(s)
 	}
-	params := map[string]any{"p0": "x", "p1": 1.0, "p2": nil, "p3": true}
+	params := map[string]any{"p0": "x", "p1": 1.0, "p2": nil, "p3": true, "p4": []any{"y", 2.0, nil}}
 	docs := sampleDocs(f)
 	f.Fuzz(func(t *testing.T, s string) {
 		q, err := Parse(s, params)

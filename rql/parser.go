@@ -136,7 +136,10 @@ func (p *parser) parseOrderBy() ([]OrderKey, error) {
 	}
 }
 
-// parseLimitOffset parses optional 'limit N' and 'offset N' in either order.
+// parseLimitOffset parses optional 'limit N' and 'offset N' in either
+// order, or 'limit O, N' (RavenDB's clients' form: skip O, take N). A null
+// count (a parameter the client left unset) means none: no limit, no
+// offset.
 func (p *parser) parseLimitOffset(q *Query) error {
 	seen := map[string]bool{}
 	for {
@@ -155,24 +158,51 @@ func (p *parser) parseLimitOffset(q *Query) error {
 		}
 		seen[kw] = true
 		p.advance()
-		if p.tok.kind != tokNumber && p.tok.kind != tokParam {
-			return p.unexpected("non-negative integer")
-		}
-		t := p.tok
-		v, err := p.parseValue()
+		n, err := p.parseCount(kw)
 		if err != nil {
 			return err
 		}
-		f, ok := v.(float64)
-		if !ok || f < 0 || f != math.Trunc(f) || f > math.MaxInt32 {
-			found := formatValue(v)
-			if t.kind == tokNumber {
-				found = t.raw // as written: 99999999999, not 9.9999999999e+10
+		if kw == "limit" && p.tok.kind == tokComma {
+			if seen["offset"] {
+				return p.errAt(p.tok.pos, "'limit offset, count' after an 'offset' clause")
 			}
-			return p.errAt(t.pos, "%s must be an integer from 0 to %d, found %s", kw, math.MaxInt32, found)
+			seen["offset"] = true
+			p.advance()
+			if q.Offset, err = p.parseCount("limit"); err != nil {
+				return err
+			}
+			n, q.Offset = q.Offset, max(n, 0)
 		}
-		*dst = int(f)
+		if kw == "offset" {
+			n = max(n, 0)
+		}
+		*dst = n
 	}
+}
+
+// parseCount parses a limit's or offset's count: a whole number from 0 to
+// 2^31-1, or null for none (-1).
+func (p *parser) parseCount(kw string) (int, error) {
+	if p.tok.kind != tokNumber && p.tok.kind != tokParam && !p.isKeyword("null") {
+		return 0, p.unexpected("non-negative integer")
+	}
+	t := p.tok
+	v, err := p.parseValue()
+	if err != nil {
+		return 0, err
+	}
+	if v == nil {
+		return -1, nil
+	}
+	f, ok := v.(float64)
+	if !ok || f < 0 || f != math.Trunc(f) || f > math.MaxInt32 {
+		found := formatValue(v)
+		if t.kind == tokNumber {
+			found = t.raw // as written: 99999999999, not 9.9999999999e+10
+		}
+		return 0, p.errAt(t.pos, "%s must be an integer from 0 to %d, found %s", kw, math.MaxInt32, found)
+	}
+	return int(f), nil
 }
 
 // parseOr parses and-expressions separated by 'or'.
@@ -228,14 +258,41 @@ func (p *parser) parseNot() (Expr, error) {
 	return p.parseComparison()
 }
 
-// parseComparison parses field op value.
+// parseComparison parses field op value, field 'in' '(' values ')',
+// field 'between' value 'and' value, or a function call.
 func (p *parser) parseComparison() (Expr, error) {
+	if name, ok := p.function(); ok {
+		return p.parseCall(name)
+	}
 	f, err := p.parseField()
 	if err != nil {
 		return nil, err
 	}
-	if p.tok.kind != tokOp {
-		return nil, p.unexpected("comparison operator")
+	switch {
+	case p.isKeyword("in"):
+		p.advance()
+		vs, err := p.parseInList()
+		if err != nil {
+			return nil, err
+		}
+		return &In{Field: f, Values: vs}, nil
+	case p.isKeyword("between"):
+		p.advance()
+		low, err := p.parseValue()
+		if err != nil {
+			return nil, err
+		}
+		if !p.isKeyword("and") {
+			return nil, p.unexpected("'and' of 'between'")
+		}
+		p.advance()
+		high, err := p.parseValue()
+		if err != nil {
+			return nil, err
+		}
+		return &Between{Field: f, Low: low, High: high}, nil
+	case p.tok.kind != tokOp:
+		return nil, p.unexpected("comparison operator, 'in' or 'between'")
 	}
 	op := p.tok.op
 	p.advance()
@@ -244,6 +301,87 @@ func (p *parser) parseComparison() (Expr, error) {
 		return nil, err
 	}
 	return &Comparison{Field: f, Op: op, Value: v}, nil
+}
+
+// function reports whether the current token starts a call of one of the
+// predicate functions: its name followed by '('. A field may have such a
+// name ("exists = true").
+func (p *parser) function() (string, bool) {
+	if p.tok.kind != tokIdent {
+		return "", false
+	}
+	name, ok := functions[strings.ToLower(p.tok.raw)]
+	if !ok {
+		return "", false
+	}
+	peek := p.lex // a copy: scanning it leaves the parser where it is
+	return name, peek.next().kind == tokLParen
+}
+
+// parseCall parses name '(' field [',' value] ')'; the name is current.
+func (p *parser) parseCall(name string) (Expr, error) {
+	p.advance() // the name
+	open := p.tok.pos
+	p.advance() // '('
+	f, err := p.parseField()
+	if err != nil {
+		return nil, err
+	}
+	c := &Call{Name: name, Field: f}
+	if name != "exists" {
+		if p.tok.kind != tokComma {
+			return nil, p.unexpected(fmt.Sprintf("',' and the value %s takes", name))
+		}
+		p.advance()
+		if c.Value, err = p.parseValue(); err != nil {
+			return nil, err
+		}
+	}
+	if p.tok.kind != tokRParen {
+		return nil, p.unexpected(fmt.Sprintf("')' to close %s( at position %d", name, open))
+	}
+	p.advance()
+	return c, nil
+}
+
+// parseInList parses '(' [value {',' value}] ')'. A parameter holding an
+// array stands for its elements, as RavenDB's clients send whereIn
+// ("in ($p0)").
+func (p *parser) parseInList() ([]any, error) {
+	if p.tok.kind != tokLParen {
+		return nil, p.unexpected("'(' after 'in'")
+	}
+	open := p.tok.pos
+	p.advance()
+	vs := []any{}
+	for items := 0; p.tok.kind != tokRParen; items++ {
+		if items > 0 {
+			if p.tok.kind != tokComma {
+				return nil, p.unexpected(fmt.Sprintf("',' or ')' to close '(' at position %d", open))
+			}
+			p.advance()
+		}
+		if t := p.tok; t.kind == tokParam {
+			if arr, ok := p.params[t.str].([]any); ok {
+				for i, raw := range arr {
+					k, n := classify(raw)
+					if k > kindString {
+						return nil, p.errAt(t.pos, "parameter $%s: element %d is %s: the elements of a list must be null, a bool, a number or a string", t.str, i, jsonKind(raw))
+					}
+					vs = append(vs, n)
+				}
+				p.advance()
+				continue
+			}
+		}
+		v, err := p.parseValue()
+		if err != nil {
+			return nil, err
+		}
+		vs = append(vs, v)
+	}
+	p.advance()
+	return vs, nil
 }
 
 // parseField parses segment {'.' segment} or id(). A segment is a name,

@@ -10,6 +10,7 @@ import (
 func TestParseValid(t *testing.T) {
 	params := map[string]any{
 		"p0": "Alice", "p1": 42, "p2": json.Number("1.5"), "p3": nil, "p4": true, "n": 10,
+		"list": []any{"x", json.Number("2"), nil}, "empty": []any{},
 	}
 	tests := []struct{ in, want string }{
 		{"from Orders", "from Orders"},
@@ -64,6 +65,27 @@ func TestParseValid(t *testing.T) {
 		{"from U offset 0", "from U"},
 		{"from U limit $n", "from U limit 10"},
 		{"from U order by limit limit 1", "from U order by limit limit 1"},
+		// RavenDB's clients' paging: limit skip, take; an unset count is null.
+		{"from U limit 5, 10", "from U limit 10 offset 5"},
+		{"from U limit $p3, $n", "from U limit 10"},
+		{"from U limit 0, 0", "from U limit 0"},
+		{"from U limit $n, $p3", "from U offset 10"},
+		{"from U limit null", "from U"},
+		{"from U offset null", "from U"},
+		// in, between and the predicate functions.
+		{"from U where Name in ('a', $p0, 3)", "from U where Name in ('a', 'Alice', 3)"},
+		{"from U where Name IN ($list)", "from U where Name in ('x', 2, null)"},
+		{"from U where Name in ($empty)", "from U where Name in ()"},
+		{"from U where Name in ()", "from U where Name in ()"},
+		{"from U where Name in ($list, 'y')", "from U where Name in ('x', 2, null, 'y')"},
+		{"from U where id() in ('users/1')", "from U where id() in ('users/1')"},
+		{"from U where Age between 1 and $p1 and b = 2", "from U where (Age between 1 and 42 and b = 2)"},
+		{"from U where not Age BETWEEN 1 AND 2", "from U where (not Age between 1 and 2)"},
+		{"from U where startsWith(Name, 'al') or ENDSWITH(Name, $p0)", "from U where (startsWith(Name, 'al') or endsWith(Name, 'Alice'))"},
+		{"from U where exists(Address.City) and not exists(id())", "from U where (exists(Address.City) and (not exists(id())))"},
+		{"from U where exists = true", "from U where exists = true"},
+		{"from U where in in (1) and between between 1 and 2", "from U where (in in (1) and between between 1 and 2)"},
+		{"from U where startsWith.x = 1", "from U where startsWith.x = 1"},
 	}
 	for _, tt := range tests {
 		q, err := Parse(tt.in, params)
@@ -106,7 +128,7 @@ func TestParseFields(t *testing.T) {
 }
 
 func TestParseErrors(t *testing.T) {
-	params := map[string]any{"p0": 1, "s": "x", "obj": map[string]any{}, "arr": []any{"a", "b"}}
+	params := map[string]any{"p0": 1, "s": "x", "obj": map[string]any{}, "arr": []any{"a", "b"}, "nested": []any{1, []any{}}}
 	tests := []struct {
 		in  string
 		pos int
@@ -130,7 +152,7 @@ func TestParseErrors(t *testing.T) {
 		{"from Orders where A =", 21, "expected value, found end of query"},
 		{"from Orders where A = and B = 1", 22, "expected value, found 'and'"},
 		{"from Orders where A = )", 22, "expected value, found ')'"},
-		{"from Orders where A 1", 20, "expected comparison operator, found number 1"},
+		{"from Orders where A 1", 20, "expected comparison operator, 'in' or 'between', found number 1"},
 		{"from Orders where", 17, "expected field name, found end of query"},
 		{"from Orders where and = 1", 18, "expected field name, found 'and'"},
 		{"from Orders where '' = 1", 18, "empty field name"},
@@ -164,6 +186,22 @@ func TestParseErrors(t *testing.T) {
 		{"from Orders where A = $p9", 22, "unknown parameter $p9"},
 		{"from Orders where A = $", 22, "expected parameter name after '$'"},
 		{"from Orders where A = $obj", 22, "parameter $obj is a JSON object: a parameter must be null, a bool, a number or a string"},
+		{"from Orders limit 1, 2 offset 3", 23, "duplicate 'offset' clause"},
+		{"from Orders offset 3 limit 1, 2", 28, "'limit offset, count' after an 'offset' clause"},
+		{"from Orders limit 1,", 20, "expected non-negative integer, found end of query"},
+		{"from Orders limit -1, 2", 18, "limit must be an integer from 0 to 2147483647, found -1"},
+		{"from Orders where A in 1", 23, "expected '(' after 'in'"},
+		{"from Orders where A in (1 2)", 26, "expected ',' or ')' to close '(' at position 23"},
+		{"from Orders where A in (, 1)", 24, "expected value, found ','"},
+		{"from Orders where A in (1,)", 26, "expected value, found ')'"},
+		{"from Orders where A in ($obj)", 24, "parameter $obj is a JSON object"},
+		{"from Orders where A in ($nested)", 24, "parameter $nested: element 1 is a JSON array"},
+		{"from Orders where A between 1 or 2", 30, "expected 'and' of 'between', found 'or'"},
+		{"from Orders where A between 1", 29, "expected 'and' of 'between', found end of query"},
+		{"from Orders where startsWith(A)", 30, "expected ',' and the value startsWith takes, found ')'"},
+		{"from Orders where startsWith(A, 'x'", 35, "expected ')' to close startsWith( at position 28"},
+		{"from Orders where exists(A, 1)", 26, "expected ')' to close exists( at position 24"},
+		{"from Orders where exists()", 25, "expected field name, found ')'"},
 		{"from Orders where A = $arr", 22, "parameter $arr is a JSON array: a parameter must be null, a bool, a number or a string (arrays and objects are not supported)"},
 	}
 	for _, tt := range tests {

@@ -88,6 +88,24 @@ try {
   check(q.length === 2 && q[0].name === "bob" && q[1].name === "ann", JSON.stringify(q.map((u) => u.name)));
   console.log("ok", step);
 
+  step = "paging, count, first";
+  s = store.openSession();
+  const page = await s.query({ collection: "Users" }).whereStartsWith("name", "GEN1-").orderBy("name").skip(10).take(5).all();
+  check(page.length === 5 && page[0].name === "gen1-18", JSON.stringify(page.map((u) => u.name)));
+  check((await s.query({ collection: "Users" }).whereStartsWith("name", "gen").count()) === 150, "count of generated users");
+  check((await s.query({ collection: "Users" }).whereEquals("name", "ann").first()).age === 32, "first");
+  console.log("ok", step);
+
+  step = "in, between, exists";
+  s = store.openSession();
+  const inList = await s.query({ collection: "Users" }).whereIn("name", ["ann", "bob", "nobody"]).all();
+  check(inList.length === 2, `whereIn: ${inList.length}`);
+  const between = await s.query({ collection: "Users" }).whereBetween("age", 31, 47).all();
+  check(between.length === 2, `whereBetween: ${between.length}`);
+  const withAge = await s.query({ collection: "Users" }).whereExists("age").count();
+  check(withAge === 153, `whereExists: ${withAge}`);
+  console.log("ok", step);
+
   step = "delete";
   s = store.openSession();
   s.delete("users/bob");
