@@ -184,27 +184,6 @@ func followAllLeftovers(t *testing.T, url, db string) func() []string {
 	}
 }
 
-// TestRangeMovesAcrossCleanRestartsLeaveNothingForTheMigrator moves the
-// range of shard 0 to shard 1 and back at replication factors 3 and 2
-// while writers overwrite the documents of the buckets in it, and
-// restarts one node cleanly before each move and another while the move
-// runs (at replication factor 3 every node holds a replica of both
-// shards, so each restart stops a source and a destination replica; the
-// raft leader is among them in turn). A clean stop
-// hands its writes over and a restarted replica catches up before it
-// serves, so every write into a moving bucket is still covered by its
-// move's passes: the documents migrator must start no migration, every
-// replica must hold only its shard's buckets, and every id must hold its
-// last acknowledged value (or that of a later write whose answer was
-// lost).
-func TestRangeMovesAcrossCleanRestartsLeaveNothingForTheMigrator(t *testing.T) {
-	if testing.Short() {
-		t.Skip("six range moves under writers and twelve restarts")
-	}
-	t.Run("rf3", func(t *testing.T) { rangeMovesAcrossCleanRestarts(t, 3) })
-	t.Run("rf2", func(t *testing.T) { rangeMovesAcrossCleanRestarts(t, 2) })
-}
-
 func rangeMovesAcrossCleanRestarts(t *testing.T, rf int) {
 	c := testcluster.Start(t, testcluster.Options{Nodes: 3, MigratorIntervalMs: 3000})
 	A := c.URL(0)
