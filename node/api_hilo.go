@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -65,17 +66,7 @@ const hiloTimeLayout = "2006-01-02T15:04:05.0000000Z"
 // handleHiloNext answers GET /databases/{db}/hilo/next?tag=T&lastBatchSize=N
 // &lastRangeAt=TIME&identityPartsSeparator=S&lastMax=M.
 func (n *Node) handleHiloNext(w http.ResponseWriter, r *http.Request) {
-	t, err := n.resolve(r.PathValue("db"))
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	if t.shard >= 0 {
-		writeError(w, badRequest("ask for a HiLo range of the database %q, not of one shard replica", t.rec.DatabaseName))
-		return
-	}
-	q := r.URL.Query()
-	tag, err := hiloTag(q.Get("tag"))
+	t, q, tag, err := n.hiloRequest(r)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -122,17 +113,7 @@ func (n *Node) handleHiloNext(w http.ResponseWriter, r *http.Request) {
 // the next range then starts with, unless another range was handed out
 // after it.
 func (n *Node) handleHiloReturn(w http.ResponseWriter, r *http.Request) {
-	t, err := n.resolve(r.PathValue("db"))
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	if t.shard >= 0 {
-		writeError(w, badRequest("return a HiLo range to the database %q, not to one shard replica", t.rec.DatabaseName))
-		return
-	}
-	q := r.URL.Query()
-	tag, err := hiloTag(q.Get("tag"))
+	t, q, tag, err := n.hiloRequest(r)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -156,6 +137,21 @@ func (n *Node) handleHiloReturn(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// hiloRequest reads what both HiLo requests name: the database (not one
+// shard replica: the range is the database's), the query and its tag.
+func (n *Node) hiloRequest(r *http.Request) (target, url.Values, string, error) {
+	t, err := n.resolve(r.PathValue("db"))
+	if err != nil {
+		return target{}, nil, "", err
+	}
+	if t.shard >= 0 {
+		return target{}, nil, "", badRequest("HiLo ranges are the database %q's, not of one shard replica", t.rec.DatabaseName)
+	}
+	q := r.URL.Query()
+	tag, err := hiloTag(q.Get("tag"))
+	return t, q, tag, err
 }
 
 // hiloTag checks a HiLo tag: the collection's id prefix, such as users.

@@ -137,6 +137,7 @@ func TestHiloReturnGivesBackTheRest(t *testing.T) {
 		{"GET", "/databases/shop/hilo/next?tag=users&identityPartsSeparator=ab", "identityPartsSeparator"},
 		{"GET", "/databases/shop/hilo/next?tag=users%24", "tag"},
 		{"GET", "/databases/shop$0/hilo/next?tag=users", "not of one shard replica"},
+		{"PUT", "/databases/shop$0/hilo/return?tag=users&end=1&last=0", "not of one shard replica"},
 		{"PUT", "/databases/shop/hilo/return?tag=users&end=10", "last: required"},
 		{"PUT", "/databases/shop/hilo/return?tag=users&end=10&last=11", "after end"},
 	} {
