@@ -60,6 +60,7 @@ func (n *Node) routes() http.Handler {
 	mux.HandleFunc("GET /databases/{db}/sharding/bucket", n.handleBucketOf)
 	mux.HandleFunc("GET /databases/{db}/hilo/next", n.handleHiloNext)
 	mux.HandleFunc("PUT /databases/{db}/hilo/return", n.handleHiloReturn)
+	mux.HandleFunc("POST /databases/{db}/multi_get", n.handleMultiGet(wellFormed(mux)))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &apiError{Status: http.StatusNotFound, Type: "RouteNotFound", Msg: fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path)})
 	})

@@ -106,6 +106,16 @@ try {
   check(withAge === 153, `whereExists: ${withAge}`);
   console.log("ok", step);
 
+  step = "lazy operations (multi_get)";
+  s = store.openSession();
+  const lazyAnn = s.advanced.lazily.load("users/ann");
+  const lazyNobody = s.advanced.lazily.load("users/nobody");
+  const lazyCount = s.query({ collection: "Users" }).whereGreaterThan("age", 30).countLazily();
+  await s.advanced.eagerly.executeAllPendingLazyOperations();
+  check((await lazyAnn.getValue()).age === 32 && (await lazyNobody.getValue()) === null && (await lazyCount.getValue()) === 2, "lazy results");
+  check(s.advanced.numberOfRequests === 1, `${s.advanced.numberOfRequests} requests for three lazy operations`);
+  console.log("ok", step);
+
   step = "delete";
   s = store.openSession();
   s.delete("users/bob");
