@@ -182,6 +182,14 @@ func (n *Node) answerIDs(w http.ResponseWriter, r *http.Request, t target, ids [
 			return
 		}
 	}
+	var include []string
+	if strings.Contains(r.URL.RawQuery, "include") {
+		var err error
+		if include, err = includePaths(r.URL.RawQuery); err != nil {
+			writeError(w, err)
+			return
+		}
+	}
 	docs, shards, err := n.fetchDocs(r.Context(), t, ids)
 	if err != nil {
 		writeError(w, err)
@@ -191,7 +199,7 @@ func (n *Node) answerIDs(w http.ResponseWriter, r *http.Request, t target, ids [
 		writeError(w, notFound("DocumentDoesNotExist", "document %q does not exist", ids[0]))
 		return
 	}
-	if len(ids) == 1 && notModified(w, r, docs[0].ChangeVector) {
+	if len(ids) == 1 && len(include) == 0 && notModified(w, r, docs[0].ChangeVector) { // the ETag covers no included document
 		return
 	}
 	size := 32
@@ -224,7 +232,12 @@ func (n *Node) answerIDs(w http.ResponseWriter, r *http.Request, t target, ids [
 		}
 		out = renderDoc(out, d, d.Bucket, shards[i])
 	}
-	out = append(out, `],"Includes":{}}`...)
+	if len(include) == 0 {
+		out = append(out, `],"Includes":{}}`...)
+	} else if out, err = n.appendIncludes(r.Context(), append(out, `],`...), t, docs, include); err != nil {
+		writeError(w, err)
+		return
+	}
 	if cap(out) > maxPooledAnswer {
 		writeRaw(w, http.StatusOK, out) // not pooled: sent as it is
 		return

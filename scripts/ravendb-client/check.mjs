@@ -116,6 +116,18 @@ try {
   check(s.advanced.numberOfRequests === 1, `${s.advanced.numberOfRequests} requests for three lazy operations`);
   console.log("ok", step);
 
+  step = "includes";
+  s = store.openSession();
+  await s.store({ name: "Acme", "@metadata": { "@collection": "Companies" } }, "companies/1");
+  await s.store({ company: "companies/1", total: 10, "@metadata": { "@collection": "Orders" } }, "orders/1");
+  await s.saveChanges();
+  s = store.openSession();
+  const order = await s.include("company").load("orders/1");
+  const company = await s.load(order.company);
+  check(company && company.name === "Acme", `included company ${JSON.stringify(company)}`);
+  check(s.advanced.numberOfRequests === 1, `${s.advanced.numberOfRequests} requests for a load and its include`);
+  console.log("ok", step);
+
   step = "delete";
   s = store.openSession();
   s.delete("users/bob");
