@@ -182,7 +182,7 @@ func (n *Node) answerIDs(w http.ResponseWriter, r *http.Request, t target, ids [
 			return
 		}
 	}
-	var include []string
+	var include [][]string
 	if strings.Contains(r.URL.RawQuery, "include") {
 		var err error
 		if include, err = includePaths(r.URL.RawQuery); err != nil {

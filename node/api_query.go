@@ -121,7 +121,18 @@ func (n *Node) handleQuery(w http.ResponseWriter, r *http.Request) {
 	}
 	out = append(out, `],"TotalResults":`...)
 	out = appendInt(out, total)
-	out = append(out, `,"SkippedResults":0,"Includes":{}}`...)
+	if len(q.Include) == 0 {
+		out = append(out, `,"SkippedResults":0,"Includes":{}}`...)
+	} else {
+		docs := make([]*storage.Document, len(hits))
+		for i, h := range hits {
+			docs[i] = h.doc
+		}
+		if out, err = n.appendIncludes(r.Context(), append(out, `,"SkippedResults":0,`...), t, docs, q.Include); err != nil {
+			writeError(w, err)
+			return
+		}
+	}
 	writeRaw(w, http.StatusOK, out)
 }
 

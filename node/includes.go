@@ -24,31 +24,35 @@ const (
 	maxIncludedFound = maxIDsPerGet
 )
 
-// includePaths reads and checks the include parameters of a load.
-func includePaths(rawQuery string) ([]string, error) {
-	paths := queryValues(nil, rawQuery, "include")
-	if len(paths) > maxIncludePaths {
-		return nil, badRequest("%d include paths; at most %d", len(paths), maxIncludePaths)
+// includePaths reads and checks the include parameters of a load: each a
+// path of field names joined by '.', each name perhaps ending in '[]'.
+func includePaths(rawQuery string) ([][]string, error) {
+	raw := queryValues(nil, rawQuery, "include")
+	if len(raw) > maxIncludePaths {
+		return nil, badRequest("%d include paths; at most %d", len(raw), maxIncludePaths)
 	}
-	for _, p := range paths {
+	paths := make([][]string, len(raw))
+	for i, p := range raw {
 		if p == "" || len(p) > maxIncludePath {
 			return nil, badRequest("include %q: a field path of 1 to %d bytes, such as Customer or Lines[].Product", p, maxIncludePath)
 		}
 		for _, seg := range strings.Split(p, ".") {
-			if strings.TrimSuffix(seg, "[]") == "" {
+			if seg = strings.TrimSuffix(seg, "[]"); seg == "" {
 				return nil, badRequest("include %q: an empty segment", p)
 			}
+			paths[i] = append(paths[i], seg)
 		}
 	}
 	return paths, nil
 }
 
 // referencedIDs returns, in first-seen order and once each, the ids that
-// the fields at paths of docs hold: a string, or the strings of an array,
-// at the end of each path; an array on the way is walked element by
-// element ("Lines[].Product", or "Lines.Product"). Ids of docs themselves,
-// values that are not valid ids and anything past max ids are left out.
-func referencedIDs(docs []*storage.Document, paths []string, max int) []string {
+// the fields at paths (each a list of field names) of docs hold: a
+// string, or the strings of an array, at the end of each path; an array on
+// the way is walked element by element ("Lines[].Product", or
+// "Lines.Product"). Ids of docs themselves, values that are not valid ids
+// and anything past max ids are left out.
+func referencedIDs(docs []*storage.Document, paths [][]string, max int) []string {
 	seen := map[string]bool{}
 	for _, d := range docs {
 		if d != nil {
@@ -77,7 +81,7 @@ func referencedIDs(docs []*storage.Document, paths []string, max int) []string {
 			return
 		}
 		if m, ok := v.(map[string]any); ok {
-			walk(m[strings.TrimSuffix(segs[0], "[]")], segs[1:])
+			walk(m[segs[0]], segs[1:])
 		}
 	}
 	for _, d := range docs {
@@ -89,16 +93,17 @@ func referencedIDs(docs []*storage.Document, paths []string, max int) []string {
 			continue
 		}
 		for _, p := range paths {
-			walk(body, strings.Split(p, "."))
+			walk(body, p)
 		}
 	}
 	return out
 }
 
-// appendIncludes appends the "Includes" object of a load: the documents
-// that docs reference at paths, by id; the ones that do not exist are
-// left out, as RavenDB's clients expect.
-func (n *Node) appendIncludes(ctx context.Context, out []byte, t target, docs []*storage.Document, paths []string) ([]byte, error) {
+// appendIncludes appends the "Includes" object of a load or a query's
+// page: the documents that docs reference at paths, by id; the ones that
+// do not exist are left out, as RavenDB's clients expect. It ends the
+// answer's object too.
+func (n *Node) appendIncludes(ctx context.Context, out []byte, t target, docs []*storage.Document, paths [][]string) ([]byte, error) {
 	out = append(out, `"Includes":{`...)
 	ids := referencedIDs(docs, paths, maxIncludedFound)
 	if len(ids) > 0 {

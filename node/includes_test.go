@@ -11,8 +11,9 @@ import (
 
 // TestLoadsCarryTheirIncludes: a load with include paths answers the
 // documents those fields name under Includes, across shards, through GET
-// and POST /docs; missing ones and the loaded ones themselves are left
-// out; bad paths are 400s.
+// and POST /docs, and so does a query's page for its include clause;
+// missing ones and the loaded ones themselves are left out; bad paths are
+// 400s.
 func TestLoadsCarryTheirIncludes(t *testing.T) {
 	n := testNode(t, t.TempDir())
 	c := client{t, n.HTTPURL()}
@@ -61,6 +62,15 @@ func TestLoadsCarryTheirIncludes(t *testing.T) {
 	if got := includes(r); !reflect.DeepEqual(got, []string{"companies/1"}) {
 		t.Errorf("POST /docs: includes %v", got)
 	}
+	// A query's page carries the includes of its results.
+	q := c.must(200, "POST", "/databases/shop/queries", `{"Query":"from @all_docs where startsWith(id(), 'orders/') order by id() include Company, Lines[].Product limit 1"}`)
+	if got := includes(q); !reflect.DeepEqual(got, []string{"companies/1", "products/1", "products/2"}) {
+		t.Errorf("query: includes %v", got)
+	}
+	q = c.must(200, "POST", "/databases/shop/queries", `{"Query":"from @all_docs where startsWith(id(), 'orders/') include Company limit 0"}`)
+	if got := includes(q); got != nil {
+		t.Errorf("count query: includes %v", got)
+	}
 	c.must(400, "GET", "/databases/shop/docs?id=orders/1&include=", "")
 	c.must(400, "GET", "/databases/shop/docs?id=orders/1&include=Lines..Product", "")
 }
@@ -71,12 +81,12 @@ func TestReferencedIDsWalksPathsAndArrays(t *testing.T) {
 		nil,
 		{ID: "a/2", Body: []byte(`{"L":[{"P":"c/3"}]}`)},
 	}
-	got := referencedIDs(docs, []string{"X.Y", "L[].P", "N", "Me", "Bad", "X.Y.Z"}, 10)
+	got := referencedIDs(docs, [][]string{{"X", "Y"}, {"L", "P"}, {"N"}, {"Me"}, {"Bad"}, {"X", "Y", "Z"}}, 10)
 	want := []string{"b/1", "c/1", "c/2", "b/2", "c/3"}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("referencedIDs = %v, want %v", got, want)
 	}
-	if got := referencedIDs(docs, []string{"L[].P"}, 2); len(got) != 2 {
+	if got := referencedIDs(docs, [][]string{{"L", "P"}}, 2); len(got) != 2 {
 		t.Fatalf("max 2: %v", got)
 	}
 }

@@ -24,6 +24,11 @@ type Query struct {
 	Where Expr
 	// OrderBy lists the sort keys, most significant first.
 	OrderBy []OrderKey
+	// Include lists the paths of fields whose values are ids of documents
+	// to send with the results ("include Company, Lines[].Product"); an
+	// array on a path is walked element by element, with or without its
+	// "[]".
+	Include [][]string
 	// Limit is the maximum number of results, or -1 for no limit.
 	Limit int
 	// Offset is the number of leading results to skip.
@@ -131,6 +136,14 @@ func (q *Query) String() string {
 			b.WriteString(" desc")
 		}
 	}
+	for i, p := range q.Include {
+		if i == 0 {
+			b.WriteString(" include ")
+		} else {
+			b.WriteString(", ")
+		}
+		b.WriteString(formatPath(p))
+	}
 	if q.Limit >= 0 {
 		b.WriteString(" limit " + strconv.Itoa(q.Limit))
 	}
@@ -145,6 +158,12 @@ func formatField(path []string) string {
 	if len(path) == 2 && path[0] == idPath[0] && path[1] == idPath[1] {
 		return "id()"
 	}
+	return formatPath(path)
+}
+
+// formatPath prints a field path segment by segment, quoting those that
+// need it.
+func formatPath(path []string) string {
 	segs := make([]string, len(path))
 	for i, seg := range path {
 		if isFieldIdent(seg) && (i > 0 || !fieldReserved[strings.ToLower(seg)]) {

@@ -14,6 +14,7 @@ func FuzzParse(f *testing.F) {
 		"from U where a = 1.2.3", "from U limit -1", "from U where a = 'unterminated",
 		"from U where a in ('x', $p0, $p4) and b between 1 and $p1 limit $p2, 5",
 		"from U where startsWith(a.b, 'x') or not endsWith(id(), $p0) or exists(c)", "from U where a in (1,",
+		"from U order by x include a, b[].c, 'd e' limit 1", "from U include @metadata.@id",
 	} {
 		f.Add(s)
 	}

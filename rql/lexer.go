@@ -23,6 +23,8 @@ const (
 	tokRParen
 	tokComma
 	tokDot
+	tokLBracket
+	tokRBracket
 )
 
 // token is one lexical unit of a query. A tokError token carries its
@@ -102,7 +104,7 @@ func (l *lexer) next() token {
 }
 
 // punctuation maps single-byte punctuation to its token kind.
-var punctuation = map[byte]tokenKind{'(': tokLParen, ')': tokRParen, ',': tokComma, '.': tokDot}
+var punctuation = map[byte]tokenKind{'(': tokLParen, ')': tokRParen, ',': tokComma, '.': tokDot, '[': tokLBracket, ']': tokRBracket}
 
 // escapes maps the character after a backslash in a string literal to
 // the byte it denotes.

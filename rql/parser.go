@@ -15,7 +15,7 @@ var fieldReserved = map[string]bool{
 // name.
 var collectionReserved = map[string]bool{
 	"and": true, "or": true, "not": true, "true": true, "false": true, "null": true,
-	"from": true, "where": true, "order": true, "limit": true, "offset": true,
+	"from": true, "where": true, "order": true, "limit": true, "offset": true, "include": true,
 }
 
 // Parse parses an RQL query. params supplies the values of $name
@@ -81,6 +81,11 @@ func (p *parser) parseQuery() (*Query, error) {
 			return nil, err
 		}
 	}
+	if p.isKeyword("include") {
+		if q.Include, err = p.parseInclude(); err != nil {
+			return nil, err
+		}
+	}
 	if err := p.parseLimitOffset(q); err != nil {
 		return nil, err
 	}
@@ -132,6 +137,47 @@ func (p *parser) parseOrderBy() ([]OrderKey, error) {
 		keys = append(keys, k)
 		if p.tok.kind != tokComma {
 			return keys, nil
+		}
+	}
+}
+
+// parseInclude parses 'include' path {',' path}, where a path is a field
+// whose segments may each end in '[]' (an array, walked element by
+// element: the brackets change nothing and are not kept).
+func (p *parser) parseInclude() ([][]string, error) {
+	var paths [][]string
+	for {
+		p.advance() // 'include' or ','
+		var path []string
+		for {
+			switch t := p.tok; {
+			case t.kind == tokIdent && (len(path) > 0 || !fieldReserved[strings.ToLower(t.raw)]):
+				path = append(path, t.raw)
+			case t.kind == tokString && t.str != "":
+				path = append(path, t.str)
+			case t.kind == tokString:
+				return nil, p.errAt(t.pos, "empty field name")
+			case len(path) == 0:
+				return nil, p.unexpected("field name to include")
+			default:
+				return nil, p.unexpected("field name after '.'")
+			}
+			p.advance()
+			if p.tok.kind == tokLBracket {
+				p.advance()
+				if p.tok.kind != tokRBracket {
+					return nil, p.unexpected("']'")
+				}
+				p.advance()
+			}
+			if p.tok.kind != tokDot {
+				break
+			}
+			p.advance()
+		}
+		paths = append(paths, path)
+		if p.tok.kind != tokComma {
+			return paths, nil
 		}
 	}
 }

@@ -86,6 +86,11 @@ func TestParseValid(t *testing.T) {
 		{"from U where exists = true", "from U where exists = true"},
 		{"from U where in in (1) and between between 1 and 2", "from U where (in in (1) and between between 1 and 2)"},
 		{"from U where startsWith.x = 1", "from U where startsWith.x = 1"},
+		// include: paths whose values are ids; '[]' marks an array and is dropped.
+		{"from Orders include Company", "from Orders include Company"},
+		{"from Orders where a = 1 order by b include Company, Lines[].Product, 'Odd Name'.x limit 5", "from Orders where a = 1 order by b include Company, Lines.Product, 'Odd Name'.x limit 5"},
+		{"from Orders INCLUDE @metadata.@id", "from Orders include @metadata.@id"},
+		{"from 'include' include include", "from 'include' include include"},
 	}
 	for _, tt := range tests {
 		q, err := Parse(tt.in, params)
@@ -202,6 +207,12 @@ func TestParseErrors(t *testing.T) {
 		{"from Orders where startsWith(A, 'x'", 35, "expected ')' to close startsWith( at position 28"},
 		{"from Orders where exists(A, 1)", 26, "expected ')' to close exists( at position 24"},
 		{"from Orders where exists()", 25, "expected field name, found ')'"},
+		{"from Orders include", 19, "expected field name to include, found end of query"},
+		{"from Orders include a,", 22, "expected field name to include, found end of query"},
+		{"from Orders include a[", 22, "expected ']', found end of query"},
+		{"from Orders include a.", 22, "expected field name after '.', found end of query"},
+		{"from Orders include not", 20, "expected field name to include, found 'not'"},
+		{"from Orders where A[] = 1", 19, "expected comparison operator, 'in' or 'between', found '['"},
 		{"from Orders where A = $arr", 22, "parameter $arr is a JSON array: a parameter must be null, a bool, a number or a string (arrays and objects are not supported)"},
 	}
 	for _, tt := range tests {

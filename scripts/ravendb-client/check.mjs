@@ -126,6 +126,10 @@ try {
   const company = await s.load(order.company);
   check(company && company.name === "Acme", `included company ${JSON.stringify(company)}`);
   check(s.advanced.numberOfRequests === 1, `${s.advanced.numberOfRequests} requests for a load and its include`);
+  s = store.openSession();
+  const orders = await s.query({ collection: "Orders" }).include("company").all();
+  check(orders.length === 1 && (await s.load(orders[0].company)).name === "Acme", "a query's include");
+  check(s.advanced.numberOfRequests === 1, `${s.advanced.numberOfRequests} requests for a query and its include`);
   console.log("ok", step);
 
   step = "delete";
