@@ -8,7 +8,8 @@
 #   scripts/ravendb-client-check.sh [URL] [DB]
 #
 # URL defaults to http://127.0.0.1:8080; DB (default ravendbcheck<random>)
-# is created with 3 shards and deleted at the end. The client is installed
+# is created with 3 shards and replication factor $RF (default 1), and
+# deleted at the end. The client is installed
 # into a temporary directory, at the version RAVENDB_CLIENT_VERSION names
 # (default 7.2.2, the one checked).
 set -euo pipefail
@@ -22,5 +23,5 @@ trap 'curl -s -o /dev/null -X DELETE "$url/admin/databases/$db"; rm -rf "$work"'
 
 (cd "$work" && npm init -y >/dev/null && npm install --silent --no-audit --no-fund "ravendb@$version" >/dev/null)
 cp "$here/ravendb-client/check.mjs" "$work/"
-curl -sf -X PUT "$url/admin/databases/$db" -d '{"Shards": 3}' >/dev/null
+curl -sf -X PUT "$url/admin/databases/$db" -d "{\"Shards\": 3, \"ReplicationFactor\": ${RF:-1}}" >/dev/null
 (cd "$work" && node check.mjs "$url" "$db")
