@@ -148,32 +148,9 @@ func (p *parser) parseInclude() ([][]string, error) {
 	var paths [][]string
 	for {
 		p.advance() // 'include' or ','
-		var path []string
-		for {
-			switch t := p.tok; {
-			case t.kind == tokIdent && (len(path) > 0 || !fieldReserved[strings.ToLower(t.raw)]):
-				path = append(path, t.raw)
-			case t.kind == tokString && t.str != "":
-				path = append(path, t.str)
-			case t.kind == tokString:
-				return nil, p.errAt(t.pos, "empty field name")
-			case len(path) == 0:
-				return nil, p.unexpected("field name to include")
-			default:
-				return nil, p.unexpected("field name after '.'")
-			}
-			p.advance()
-			if p.tok.kind == tokLBracket {
-				p.advance()
-				if p.tok.kind != tokRBracket {
-					return nil, p.unexpected("']'")
-				}
-				p.advance()
-			}
-			if p.tok.kind != tokDot {
-				break
-			}
-			p.advance()
+		path, err := p.parseSegments(nil, "field name to include", true)
+		if err != nil {
+			return nil, err
 		}
 		paths = append(paths, path)
 		if p.tok.kind != tokComma {
@@ -452,6 +429,13 @@ func (p *parser) parseField() ([]string, error) {
 		}
 		p.advance()
 	}
+	return p.parseSegments(path, "field name", false)
+}
+
+// parseSegments parses segment {'.' segment} after the segments of path
+// already read; want names a first segment in errors. With brackets, a
+// segment may end in '[]' (an include path's array), which is not kept.
+func (p *parser) parseSegments(path []string, want string, brackets bool) ([]string, error) {
 	for {
 		switch t := p.tok; {
 		case t.kind == tokIdent && (len(path) > 0 || !fieldReserved[strings.ToLower(t.raw)]):
@@ -461,11 +445,18 @@ func (p *parser) parseField() ([]string, error) {
 		case t.kind == tokString:
 			return nil, p.errAt(t.pos, "empty field name")
 		case len(path) == 0:
-			return nil, p.unexpected("field name")
+			return nil, p.unexpected(want)
 		default:
 			return nil, p.unexpected("field name after '.'")
 		}
 		p.advance()
+		if brackets && p.tok.kind == tokLBracket {
+			p.advance()
+			if p.tok.kind != tokRBracket {
+				return nil, p.unexpected("']'")
+			}
+			p.advance()
+		}
 		if p.tok.kind != tokDot {
 			return path, nil
 		}
