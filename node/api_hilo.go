@@ -45,7 +45,7 @@ const hiloAttempts = 100
 
 // hiloDoc is the body of a HiLo document.
 type hiloDoc struct {
-	Max int64 `json:"Max"`
+	Max *int64 `json:"Max"`
 }
 
 // hiloRange is GET /hilo/next's answer, in RavenDB's shape: the client
@@ -263,25 +263,27 @@ func (n *Node) updateHilo(ctx context.Context, t target, id string, next func(cu
 		if err != nil {
 			return fmt.Errorf("read %q: %w", id, err)
 		}
-		var cur hiloDoc
+		var cur int64
 		var prev changevector.Vector
 		op := storage.Op{Kind: storage.OpPut, ID: id, Collection: storage.HiloCollection, IfNew: true}
 		if d := docs[0]; d != nil {
-			if err := json.Unmarshal(d.Body, &cur); err != nil || cur.Max < 0 {
+			var hd hiloDoc
+			if err := json.Unmarshal(d.Body, &hd); err != nil || hd.Max == nil || *hd.Max < 0 {
 				return &apiError{Status: http.StatusConflict, Type: "InvalidHiloDocument",
 					Msg: fmt.Sprintf("HiLo document %q holds no Max of at least 0 (%s): write one back above every number handed out", id, bodyExcerpt(d.Body))}
 			}
+			cur = *hd.Max
 			cv, err := changevector.Parse(d.ChangeVector)
 			if err != nil {
 				return fmt.Errorf("change vector of %q: %w", id, err)
 			}
 			prev, op.IfNew, op.IfMatch = cv.Version, false, d.ChangeVector
 		}
-		max, write, err := next(cur.Max, docs[0] != nil)
+		newMax, write, err := next(cur, docs[0] != nil)
 		if err != nil || !write {
 			return err
 		}
-		op.Body = []byte(`{"Max":` + strconv.FormatInt(max, 10) + `}`)
+		op.Body = []byte(`{"Max":` + strconv.FormatInt(newMax, 10) + `}`)
 		res, err := n.writeOps(ctx, t, []storage.Op{op}, writeConcern{Replicas: 1, Timeout: defaultReplicasTimeout})
 		if err == nil {
 			tag, ok := writerTag(prev, res[0])

@@ -152,8 +152,11 @@ func TestHiloReturnGivesBackTheRest(t *testing.T) {
 	}
 
 	// A HiLo document that holds no Max is refused, not read as 0.
-	c.must(201, "PUT", "/databases/shop/docs?id=Raven/Hilo/broken", `{"Max":"many"}`)
-	if r := c.must(409, "GET", "/databases/shop/hilo/next?tag=broken", "").json(t); r["Type"] != "InvalidHiloDocument" {
-		t.Fatalf("broken HiLo document: %v", r)
+	for i, body := range []string{`{"Max":"many"}`, `{"Other":500}`, `{"Max":null}`, `{"Max":-1}`, `{"Max":1.5}`} {
+		id := fmt.Sprintf("broken%d", i)
+		c.must(201, "PUT", "/databases/shop/docs?id=Raven/Hilo/"+id, body)
+		if r := c.must(409, "GET", "/databases/shop/hilo/next?tag="+id, "").json(t); r["Type"] != "InvalidHiloDocument" {
+			t.Fatalf("HiLo document %s: %v", body, r)
+		}
 	}
 }
