@@ -234,7 +234,7 @@ func (n *Node) answerIDs(w http.ResponseWriter, r *http.Request, t target, ids [
 	}
 	if len(include) == 0 {
 		out = append(out, `],"Includes":{}}`...)
-	} else if out, err = n.appendIncludes(r.Context(), append(out, `],`...), t, docs, include); err != nil {
+	} else if out, err = n.appendIncludes(r.Context(), append(out, `],`...), t, loadedReferences(docs, include)); err != nil {
 		writeError(w, err)
 		return
 	}

@@ -167,11 +167,8 @@ func hiloTag(tag string) (string, error) {
 
 // nonNegativeParam reads an optional whole number of at least 0 (0 when
 // absent or empty).
-func nonNegativeParam(q map[string][]string, name string) (int64, error) {
-	v := ""
-	if vs := q[name]; len(vs) > 0 {
-		v = vs[0]
-	}
+func nonNegativeParam(q url.Values, name string) (int64, error) {
+	v := q.Get(name)
 	if v == "" {
 		return 0, nil
 	}
@@ -182,8 +179,8 @@ func nonNegativeParam(q map[string][]string, name string) (int64, error) {
 	return n, nil
 }
 
-func requiredNonNegative(q map[string][]string, name string) (int64, error) {
-	if vs := q[name]; len(vs) == 0 || vs[0] == "" {
+func requiredNonNegative(q url.Values, name string) (int64, error) {
+	if q.Get(name) == "" {
 		return 0, badRequest("%s: required", name)
 	}
 	return nonNegativeParam(q, name)
@@ -214,7 +211,7 @@ func hiloCapacity(lastSize int64, lastAt, now time.Time) int64 {
 	}
 	switch since := now.Sub(lastAt); {
 	case since < 30*time.Second:
-		return min(max(hiloMinCapacity, lastSize, min(lastSize, math.MaxInt64/2)*2), hiloMaxCapacity)
+		return min(max(hiloMinCapacity, min(lastSize, hiloMaxCapacity)*2), hiloMaxCapacity)
 	case since > time.Minute:
 		return max(hiloMinCapacity, min(lastSize/2, hiloMaxCapacity))
 	default:
@@ -321,7 +318,7 @@ func writerTag(prev changevector.Vector, res storage.Result) (string, bool) {
 	}
 	tag := ""
 	for _, e := range cv.Version {
-		if e.Etag != res.Etag || slicesContains(prev, e) {
+		if e.Etag != res.Etag || prev.EtagOf(e.DBID) == e.Etag { // not the write's, or unchanged by it
 			continue
 		}
 		if tag != "" && tag != e.Tag {
@@ -330,15 +327,6 @@ func writerTag(prev changevector.Vector, res storage.Result) (string, bool) {
 		tag = e.Tag
 	}
 	return tag, tag != "" && tag != "MOVE"
-}
-
-func slicesContains(v changevector.Vector, e changevector.Entry) bool {
-	for _, x := range v {
-		if x.DBID == e.DBID && x.Etag == e.Etag {
-			return true
-		}
-	}
-	return false
 }
 
 // bodyExcerpt is the start of a document body, for an error message.

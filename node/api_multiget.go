@@ -72,8 +72,7 @@ func (n *Node) handleMultiGet(inner http.Handler) http.HandlerFunc {
 			rec := &recorder{header: http.Header{}, status: http.StatusOK}
 			inner.ServeHTTP(rec, req)
 			results[i] = rec.result()
-			if results[i].StatusCode == http.StatusNotFound && req.Method == http.MethodGet && strings.HasSuffix(req.URL.Path, "/docs") &&
-				bytes.Contains(results[i].Result, []byte(`"Type":"DocumentDoesNotExist"`)) {
+			if results[i].StatusCode == http.StatusNotFound && errorType(results[i].Result) == "DocumentDoesNotExist" {
 				// A lazy load of one missing document: the clients read
 				// the load's answer, and this one says it is missing.
 				results[i].Result = json.RawMessage(`{"Results":[null],"Includes":{}}`)
@@ -176,4 +175,13 @@ func (r *recorder) result() multiGetResult {
 		res.Result = json.RawMessage("null")
 	}
 	return res
+}
+
+// errorType is the Type of an error body, or "" for any other answer.
+func errorType(body []byte) string {
+	var e errorBody
+	if json.Unmarshal(body, &e) != nil {
+		return ""
+	}
+	return e.Type
 }

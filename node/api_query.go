@@ -124,11 +124,12 @@ func (n *Node) handleQuery(w http.ResponseWriter, r *http.Request) {
 	if len(q.Include) == 0 {
 		out = append(out, `,"SkippedResults":0,"Includes":{}}`...)
 	} else {
-		docs := make([]*storage.Document, len(hits))
+		bodies, own := make([]map[string]any, len(hits)), make([]string, len(hits))
 		for i, h := range hits {
-			docs[i] = h.doc
+			bodies[i], own[i] = h.m, h.doc.ID
 		}
-		if out, err = n.appendIncludes(r.Context(), append(out, `,"SkippedResults":0,`...), t, docs, q.Include); err != nil {
+		ids := referencedIDs(bodies, own, q.Include, maxIncludedFound)
+		if out, err = n.appendIncludes(r.Context(), append(out, `,"SkippedResults":0,`...), t, ids); err != nil {
 			writeError(w, err)
 			return
 		}

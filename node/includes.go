@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 
@@ -47,22 +46,21 @@ func includePaths(rawQuery string) ([][]string, error) {
 }
 
 // referencedIDs returns, in first-seen order and once each, the ids that
-// the fields at paths (each a list of field names) of docs hold: a
+// the fields at paths (each a list of field names) of the documents
+// bodies hold (a document's map as docMap gives it; nil for none): a
 // string, or the strings of an array, at the end of each path; an array on
 // the way is walked element by element ("Lines[].Product", or
-// "Lines.Product"). Ids of docs themselves, values that are not valid ids
-// and anything past max ids are left out.
-func referencedIDs(docs []*storage.Document, paths [][]string, max int) []string {
+// "Lines.Product"). The ids own (the documents' own), values that are not
+// valid ids and anything past limit ids are left out.
+func referencedIDs(bodies []map[string]any, own []string, paths [][]string, limit int) []string {
 	seen := map[string]bool{}
-	for _, d := range docs {
-		if d != nil {
-			seen[strings.ToLower(d.ID)] = true
-		}
+	for _, id := range own {
+		seen[strings.ToLower(id)] = true
 	}
 	var out []string
 	add := func(v any) {
 		id, ok := v.(string)
-		if !ok || len(out) >= max || seen[strings.ToLower(id)] || bucket.ValidateID(id) != nil {
+		if !ok || len(out) >= limit || seen[strings.ToLower(id)] || bucket.ValidateID(id) != nil {
 			return
 		}
 		seen[strings.ToLower(id)] = true
@@ -84,12 +82,8 @@ func referencedIDs(docs []*storage.Document, paths [][]string, max int) []string
 			walk(m[segs[0]], segs[1:])
 		}
 	}
-	for _, d := range docs {
-		if d == nil || len(d.Body) == 0 {
-			continue
-		}
-		var body any
-		if json.Unmarshal(d.Body, &body) != nil {
+	for _, body := range bodies {
+		if body == nil {
 			continue
 		}
 		for _, p := range paths {
@@ -99,13 +93,27 @@ func referencedIDs(docs []*storage.Document, paths [][]string, max int) []string
 	return out
 }
 
+// loadedReferences is referencedIDs of a load's documents (nil for a
+// missing one), decoded here; one that does not decode names nothing.
+func loadedReferences(docs []*storage.Document, paths [][]string) []string {
+	bodies := make([]map[string]any, len(docs))
+	var own []string
+	for i, d := range docs {
+		if d == nil {
+			continue
+		}
+		own = append(own, d.ID)
+		bodies[i], _ = docMap(d)
+	}
+	return referencedIDs(bodies, own, paths, maxIncludedFound)
+}
+
 // appendIncludes appends the "Includes" object of a load or a query's
-// page: the documents that docs reference at paths, by id; the ones that
-// do not exist are left out, as RavenDB's clients expect. It ends the
+// page: the documents ids (see referencedIDs) that exist, by id (the ones
+// that do not are left out, as RavenDB's clients expect). It ends the
 // answer's object too.
-func (n *Node) appendIncludes(ctx context.Context, out []byte, t target, docs []*storage.Document, paths [][]string) ([]byte, error) {
+func (n *Node) appendIncludes(ctx context.Context, out []byte, t target, ids []string) ([]byte, error) {
 	out = append(out, `"Includes":{`...)
-	ids := referencedIDs(docs, paths, maxIncludedFound)
 	if len(ids) > 0 {
 		inc, shards, err := n.fetchDocs(ctx, t, ids)
 		if err != nil {

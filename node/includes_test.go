@@ -80,13 +80,20 @@ func TestReferencedIDsWalksPathsAndArrays(t *testing.T) {
 		{ID: "a/1", Body: []byte(`{"X":{"Y":["b/1",{"Z":"b/2"}]},"L":[{"P":"c/1"},{"P":["c/2","C/1"]}],"N":5,"Me":"A/1","Bad":"x$"}`)},
 		nil,
 		{ID: "a/2", Body: []byte(`{"L":[{"P":"c/3"}]}`)},
+		{ID: "a/3", Body: []byte(`not JSON`)},
 	}
-	got := referencedIDs(docs, [][]string{{"X", "Y"}, {"L", "P"}, {"N"}, {"Me"}, {"Bad"}, {"X", "Y", "Z"}}, 10)
+	got := loadedReferences(docs, [][]string{{"X", "Y"}, {"L", "P"}, {"N"}, {"Me"}, {"Bad"}, {"X", "Y", "Z"}})
 	want := []string{"b/1", "c/1", "c/2", "b/2", "c/3"}
 	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("referencedIDs = %v, want %v", got, want)
+		t.Fatalf("loadedReferences = %v, want %v", got, want)
 	}
-	if got := referencedIDs(docs, [][]string{{"L", "P"}}, 2); len(got) != 2 {
+	bodies := make([]map[string]any, len(docs))
+	for i, d := range docs {
+		if d != nil {
+			bodies[i], _ = docMap(d)
+		}
+	}
+	if got := referencedIDs(bodies, nil, [][]string{{"L", "P"}}, 2); len(got) != 2 {
 		t.Fatalf("max 2: %v", got)
 	}
 }

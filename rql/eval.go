@@ -93,17 +93,8 @@ func (q *Query) Compare(a, b map[string]any) int {
 // lookup returns the value at path in doc, or nil if any step is missing
 // or not an object.
 func lookup(doc map[string]any, path []string) any {
-	var cur any = doc
-	for _, seg := range path {
-		m, ok := cur.(map[string]any)
-		if !ok {
-			return nil
-		}
-		if cur, ok = m[seg]; !ok {
-			return nil
-		}
-	}
-	return cur
+	v, _ := lookupPresent(doc, path)
+	return v
 }
 
 // evalOp applies op to a field value and a constant.
